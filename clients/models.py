@@ -1,0 +1,40 @@
+"""API clients: who owns notifications, and the hashed keys they authenticate with."""
+
+import base64
+import secrets
+import uuid
+
+from django.db import models
+from rest_framework_api_key.models import AbstractAPIKey
+
+
+def webhook_secret_new() -> str:
+    """A Standard Webhooks secret: `whsec_` and 24 random bytes in base64."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+class Client(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=100, unique=True)
+    is_operator = models.BooleanField(
+        default=False, help_text="Operators see every client's notifications and may retry them."
+    )
+    webhook_url = models.URLField(max_length=2000, blank=True, default="")
+    webhook_secret = models.CharField(max_length=100, default=webhook_secret_new)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClientAPIKey(AbstractAPIKey):
+    """A key is stored as a prefix plus a hash; the full key is shown once, at creation."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="api_keys")
+
+    class Meta(AbstractAPIKey.Meta):
+        verbose_name = "API key"
+        verbose_name_plural = "API keys"

@@ -1,0 +1,108 @@
+"""What the worker records: every attempt, every live worker, the simulated provider's memory,
+and the in-app inbox.
+
+Invariants: an attempt row is written by the claim that starts it and finished only by the
+holder of that claim's token; an inbox message exists only for a SENT in-app notification and
+is written in the same statement that marks it SENT.
+"""
+
+from django.db import models
+from django.db.models import Q
+
+
+class Outcome(models.TextChoices):
+    SENT = "SENT"
+    TEMPORARY_FAILURE = "TEMPORARY_FAILURE"
+    PERMANENT_FAILURE = "PERMANENT_FAILURE"
+    # The claim expired before the worker reported back (it crashed or stalled).
+    ABANDONED = "ABANDONED"
+    # Given back without trying: shutdown, or the recipient's rate limit.
+    RELEASED = "RELEASED"
+    RATE_LIMITED = "RATE_LIMITED"
+
+
+class DeliveryAttempt(models.Model):
+    notification = models.ForeignKey(
+        "notifications.Notification", on_delete=models.CASCADE, related_name="attempts"
+    )
+    claim_token = models.UUIDField(unique=True)
+    number = models.PositiveIntegerField()
+    channel = models.CharField(max_length=16)
+    worker = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=24, choices=Outcome.choices, null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    provider_message_id = models.CharField(max_length=255, null=True, blank=True)
+
+    class Meta:
+        db_table = "delivery_attempt"
+        indexes = [models.Index(fields=["notification", "started_at"], name="attempt_by_notif")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.notification_id}: {self.outcome or 'running'}"
+
+
+class WorkerHeartbeat(models.Model):
+    worker_id = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    delivered = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        db_table = "worker_heartbeat"
+
+    def __str__(self) -> str:
+        return self.worker_id
+
+
+class SimulatedProviderMessage(models.Model):
+    """The simulated provider's idempotency store, shared by every worker."""
+
+    idempotency_key = models.CharField(max_length=300, primary_key=True)
+    channel = models.CharField(max_length=16)
+    recipient = models.CharField(max_length=320)
+    calls = models.PositiveIntegerField(default=0)
+    # Set once the provider has answered finally (accepted or rejected); later calls repeat it.
+    outcome = models.CharField(max_length=24, null=True, blank=True)
+    message_id = models.CharField(max_length=255, null=True, blank=True)
+    sends = models.PositiveIntegerField(default=0)
+    first_call_at = models.DateTimeField()
+    last_call_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "simulated_provider_message"
+
+    def __str__(self) -> str:
+        return self.idempotency_key
+
+
+class InboxMessage(models.Model):
+    """An in-app notification as the user's inbox shows it."""
+
+    id = models.UUIDField(primary_key=True)
+    client = models.ForeignKey("clients.Client", on_delete=models.CASCADE, related_name="+")
+    user_id = models.CharField(max_length=255)
+    notification = models.OneToOneField(
+        "notifications.Notification", on_delete=models.CASCADE, related_name="inbox_message"
+    )
+    subject = models.TextField(blank=True, default="")
+    body = models.TextField()
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "inbox_message"
+        indexes = [
+            models.Index(fields=["client", "user_id", "-created_at"], name="inbox_by_user"),
+            models.Index(
+                fields=["client", "user_id"], name="inbox_unread", condition=Q(read_at__isnull=True)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"inbox {self.user_id}: {self.subject or self.body[:40]}"

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class NotificationsConfig(AppConfig):
+    name = "notifications"
+    label = "notifications"
+    verbose_name = "Notifications"

@@ -1,0 +1,142 @@
+"""The notification row: the queue and the record of each request are the same table.
+
+Invariants held by the database itself (see docs/technical-design.md):
+- one row per (client, idempotency_key);
+- status, channel and priority take only their listed values;
+- a PROCESSING row always names its claim (token, worker, expiry), and no other row does;
+- attempt_count stays within 0..max_attempts + 1 (the one extra is the crash re-check).
+"""
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class Status(models.TextChoices):
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    SENT = "SENT"
+    FAILED = "FAILED"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    CANCELLED = "CANCELLED"
+    SUPPRESSED = "SUPPRESSED"
+
+
+FINAL_STATUSES = frozenset(
+    {Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.CANCELLED, Status.SUPPRESSED}
+)
+
+
+class Channel(models.TextChoices):
+    EMAIL = "email"
+    SMS = "sms"
+    PUSH = "push"
+    IN_APP = "in_app"
+
+
+class Priority(models.IntegerChoices):
+    """Stored as a small integer so that ascending order is claim order."""
+
+    CRITICAL = 0
+    HIGH = 1
+    NORMAL = 2
+    LOW = 3
+
+
+class Notification(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    client = models.ForeignKey("clients.Client", on_delete=models.PROTECT, related_name="+")
+    idempotency_key = models.CharField(max_length=255)
+    # sha256 of the canonical request, to tell a replay (200) from a reused key (409).
+    request_fingerprint = models.CharField(max_length=64)
+
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    recipient = models.CharField(max_length=320)
+    subject = models.TextField(blank=True, default="")
+    body = models.TextField()
+    priority = models.SmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
+    metadata = models.JSONField(default=dict, blank=True)
+    user_id = models.CharField(max_length=255, null=True, blank=True)
+    template = models.CharField(max_length=255, null=True, blank=True)
+    payload = models.JSONField(null=True, blank=True)
+    fallback_channels = models.JSONField(default=list, blank=True)
+
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    # send_at is what the client asked for; due_at is when the queue may next claim the row
+    # (moved forward by backoff and rate-limit deferrals).
+    send_at = models.DateTimeField()
+    due_at = models.DateTimeField()
+    attempt_count = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField()
+    last_error = models.TextField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    operator_retries = models.PositiveIntegerField(default=0)
+
+    claim_token = models.UUIDField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, null=True, blank=True)
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "notification"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "idempotency_key"], name="notification_client_idempotency_key"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=Status.values), name="notification_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(channel__in=Channel.values), name="notification_channel_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=Priority.CRITICAL, priority__lte=Priority.LOW),
+                name="notification_priority_valid",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(
+                        status=Status.PROCESSING,
+                        claim_token__isnull=False,
+                        claimed_by__isnull=False,
+                        claim_expires_at__isnull=False,
+                    )
+                    | (
+                        ~Q(status=Status.PROCESSING)
+                        & Q(claim_token__isnull=True, claim_expires_at__isnull=True)
+                    )
+                ),
+                name="notification_claim_iff_processing",
+            ),
+            models.CheckConstraint(
+                condition=Q(attempt_count__lte=models.F("max_attempts") + 1),
+                name="notification_attempts_bounded",
+            ),
+        ]
+        indexes = [
+            # The claim reads the head of this index; it holds only waiting rows, so it stays
+            # small however many finished rows accumulate.
+            models.Index(
+                fields=["priority", "due_at", "created_at"],
+                name="notification_pending_claim",
+                condition=Q(status=Status.PENDING),
+            ),
+            # The reaper looks for claims that expired.
+            models.Index(
+                fields=["claim_expires_at"],
+                name="notification_claim_expiry",
+                condition=Q(status=Status.PROCESSING),
+            ),
+            # A client's listing, newest first, and its filtered variants.
+            models.Index(fields=["client", "-created_at", "-id"], name="notification_client_list"),
+            models.Index(
+                fields=["client", "status", "-created_at", "-id"],
+                name="notification_client_status",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.recipient} [{self.status}]"

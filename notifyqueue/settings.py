@@ -1,0 +1,168 @@
+"""Django settings for Notify Queue. Every knob is an environment variable (contract section 2)."""
+
+from pathlib import Path
+
+import environ
+
+from notifyqueue.embedded_db import database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+STATE_DIR = BASE_DIR / ".notifyqueue"
+
+env = environ.Env()
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-only-insecure-key-change-me")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework_api_key",
+    "drf_spectacular",
+    "django_prometheus",
+    "clients",
+    "notifications",
+    "delivery",
+    "webhooks",
+    "ratelimits",
+    "templates",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "notifyqueue.urls"
+WSGI_APPLICATION = "notifyqueue.wsgi.application"
+ASGI_APPLICATION = "notifyqueue.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # Project HTML lives here; the `templates` app holds message templates, not Django ones.
+        "DIRS": [BASE_DIR / "notifyqueue" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if env.str("DATABASE_URL", default=""):
+    DATABASES = {"default": env.db("DATABASE_URL")}
+else:
+    DATABASES = {"default": env.db_url_config(database_url(STATE_DIR))}
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = STATE_DIR / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["clients.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "notifyqueue.errors.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Notify Queue API",
+    "DESCRIPTION": (
+        "Schedule email, SMS, push and in-app notifications; each is delivered exactly once, "
+        "in priority order, within the recipient's rate limit, and reported by a signed webhook."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "ApiKey": {
+                "type": "apiKey",
+                "in": "header",
+                "name": "Authorization",
+                "description": "`Api-Key <key>`, as printed by `manage.py create_client`.",
+            }
+        }
+    },
+    "SECURITY": [{"ApiKey": []}],
+}
+
+EMAIL_CONFIG = env.email_url("EMAIL_URL", default="consolemail://")
+vars().update(EMAIL_CONFIG)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="notifications@notifyqueue.local")
+
+# --- The queue (contract section 2) ---
+NOTIFYQUEUE_MAX_ATTEMPTS = env.int("NOTIFYQUEUE_MAX_ATTEMPTS", default=6)
+NOTIFYQUEUE_BACKOFF_BASE_SECONDS = env.float("NOTIFYQUEUE_BACKOFF_BASE_SECONDS", default=0.5)
+NOTIFYQUEUE_BACKOFF_MAX_SECONDS = env.float("NOTIFYQUEUE_BACKOFF_MAX_SECONDS", default=60.0)
+NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS = env.float("NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS", default=300.0)
+NOTIFYQUEUE_RATE_LIMIT = env.int("NOTIFYQUEUE_RATE_LIMIT", default=10)
+NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS = env.float(
+    "NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS", default=3600.0
+)
+NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS = env.int("NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS", default=10)
+NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = env.bool("NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE", default=False)
+NOTIFYQUEUE_PROVIDERS = {
+    channel: {
+        "provider": env.str(f"NOTIFYQUEUE_{channel.upper()}_PROVIDER", default="simulated"),
+        "url": env.str(f"NOTIFYQUEUE_{channel.upper()}_PROVIDER_URL", default=""),
+    }
+    for channel in ("email", "sms", "push")
+}
+NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS = env.float(
+    "NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS", default=10.0
+)
+NOTIFYQUEUE_SIMULATED_FAILURE_RATE = env.float("NOTIFYQUEUE_SIMULATED_FAILURE_RATE", default=0.0)
+NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD = env.int("NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD", default=5)
+NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS = env.float(
+    "NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS", default=30.0
+)
+NOTIFYQUEUE_CLIENT_MAX_PENDING = env.int("NOTIFYQUEUE_CLIENT_MAX_PENDING", default=100_000)
+# How often an idle worker looks for due work even without a LISTEN/NOTIFY wake-up.
+NOTIFYQUEUE_POLL_INTERVAL_SECONDS = env.float("NOTIFYQUEUE_POLL_INTERVAL_SECONDS", default=1.0)
+NOTIFYQUEUE_HEARTBEAT_SECONDS = env.float("NOTIFYQUEUE_HEARTBEAT_SECONDS", default=5.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "pgserver": {"level": "WARNING"},
+    },
+}

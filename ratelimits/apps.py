@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RatelimitsConfig(AppConfig):
+    name = "ratelimits"
+    verbose_name = "Rate limits"

@@ -1,0 +1,45 @@
+"""Shared fixtures. Every test runs against real PostgreSQL (embedded, or DATABASE_URL)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from clients.models import Client, ClientAPIKey
+
+
+@pytest.fixture
+def make_client(db):
+    """Creates an API client; returns (Client, plain api key)."""
+
+    def make(name: str = "acme", *, is_operator: bool = False, webhook_url: str = ""):
+        client = Client.objects.create(name=name, is_operator=is_operator, webhook_url=webhook_url)
+        _, key = ClientAPIKey.objects.create_key(name=f"{name} key", client=client)
+        return client, key
+
+    return make
+
+
+@pytest.fixture
+def acme(make_client):
+    return make_client("acme")
+
+
+@pytest.fixture
+def api(acme) -> APIClient:
+    """An HTTP client authenticated as the `acme` client."""
+    http = APIClient()
+    http.credentials(HTTP_AUTHORIZATION=f"Api-Key {acme[1]}")
+    return http
+
+
+@pytest.fixture
+def database_url() -> str:
+    """A URL for the test database, for subprocesses and extra connections."""
+    s = connection.settings_dict
+    host = s["HOST"] or ""
+    if host.startswith("/"):
+        return f"postgresql://{s['USER']}:{s['PASSWORD'] or ''}@/{s['NAME']}?host={host}"
+    port = f":{s['PORT']}" if s["PORT"] else ""
+    return f"postgresql://{s['USER']}:{s['PASSWORD'] or ''}@{host}{port}/{s['NAME']}"
