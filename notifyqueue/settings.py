@@ -70,6 +70,8 @@ if env.str("DATABASE_URL", default=""):
     DATABASES = {"default": env.db("DATABASE_URL")}
 else:
     DATABASES = {"default": env.db_url_config(database_url(STATE_DIR))}
+    # The embedded server listens on a Unix socket; name it as HOST so psql and tools find it.
+    DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,58 @@
+"""`manage.py run_worker`: claims due notifications and delivers them (contract section 1).
+
+SIGTERM/SIGINT: stop claiming, finish in-flight deliveries, give claimed-but-unstarted
+notifications back to PENDING without using an attempt, exit 0.
+"""
+
+import signal
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+
+from delivery.providers import providers_from_settings
+from delivery.services import RetryPolicy
+from delivery.worker import Worker, WorkerConfig
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = "Runs a delivery worker until SIGTERM/SIGINT (or, with --until-empty, until idle)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--concurrency", type=positive_int, default=8)
+        parser.add_argument("--batch-size", type=positive_int, default=100)
+        parser.add_argument("--until-empty", action="store_true")
+
+    def handle(self, *args, concurrency, batch_size, until_empty, **options):
+        try:
+            providers = providers_from_settings()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        worker = Worker(
+            providers=providers,
+            config=WorkerConfig(
+                concurrency=concurrency,
+                batch_size=batch_size,
+                claim_timeout_s=settings.NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS,
+                poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
+                heartbeat_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,
+            ),
+            policy=RetryPolicy(
+                base_s=settings.NOTIFYQUEUE_BACKOFF_BASE_SECONDS,
+                max_s=settings.NOTIFYQUEUE_BACKOFF_MAX_SECONDS,
+            ),
+        )
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: worker.stop())
+        self.stderr.write(
+            f"worker {worker.worker_id} started: concurrency={concurrency} batch={batch_size}"
+        )
+        worker.run(until_empty=until_empty)
+        self.stderr.write(f"worker {worker.worker_id} stopped: delivered={worker.delivered}")

@@ -1,0 +1,38 @@
+"""Which provider serves which channel, from settings (contract section 2)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from delivery.providers.base import Provider
+from delivery.providers.http import HttpProvider
+from delivery.providers.in_app import InAppProvider
+from delivery.providers.simulated import SimulatedProvider
+from delivery.providers.smtp import SmtpProvider
+
+
+def providers_from_settings() -> dict[str, Provider]:
+    timeout_s = settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS
+    providers: dict[str, Provider] = {"in_app": InAppProvider()}
+    for channel, config in settings.NOTIFYQUEUE_PROVIDERS.items():
+        kind = config["provider"]
+        if kind == "simulated":
+            providers[channel] = SimulatedProvider(
+                failure_rate=settings.NOTIFYQUEUE_SIMULATED_FAILURE_RATE
+            )
+        elif kind == "http":
+            if not config["url"]:
+                raise ImproperlyConfigured(
+                    f"NOTIFYQUEUE_{channel.upper()}_PROVIDER=http needs "
+                    f"NOTIFYQUEUE_{channel.upper()}_PROVIDER_URL"
+                )
+            providers[channel] = HttpProvider(url=config["url"], timeout_s=timeout_s)
+        elif kind == "smtp" and channel == "email":
+            providers[channel] = SmtpProvider(timeout_s=timeout_s)
+        else:
+            raise ImproperlyConfigured(
+                f"NOTIFYQUEUE_{channel.upper()}_PROVIDER={kind!r}: expected simulated or http"
+                + (" or smtp" if channel == "email" else "")
+            )
+    return providers

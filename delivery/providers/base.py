@@ -1,0 +1,55 @@
+"""The provider interface: one message in, one of three answers out (contract section 4).
+
+Every attempt at one notification on one channel carries the same idempotency key, so a
+provider that already accepted it answers as before and does not send a second copy.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Message:
+    notification_id: uuid.UUID
+    channel: str
+    recipient: str
+    subject: str
+    body: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.notification_id}:{self.channel}"
+
+
+@dataclass(frozen=True)
+class Accepted:
+    message_id: str
+
+
+@dataclass(frozen=True)
+class PermanentFailure:
+    """The provider refused the message; trying again cannot help."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class TemporaryFailure:
+    """The provider could not take the message now (down, overloaded, timed out)."""
+
+    error: str
+
+
+ProviderResult = Accepted | PermanentFailure | TemporaryFailure
+
+
+class Provider(Protocol):
+    name: str
+
+    def send(self, message: Message) -> ProviderResult:
+        """Delivers the message or says why not. Must not raise for provider-side trouble."""
+        ...

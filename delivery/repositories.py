@@ -1,0 +1,155 @@
+"""The delivery worker's database access: the only code that runs `delivery/sql/queries.sql`.
+
+Invariants protected here:
+- a row is claimed by at most one worker at a time (FOR UPDATE SKIP LOCKED, then PROCESSING
+  under a fresh claim token), and no lock is held after the claim statement commits;
+- a result is applied only by the holder of the current claim token (guarded UPDATE);
+- an attempt is counted when claimed, so a row that kills its worker still runs out of attempts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, transaction
+
+from notifyqueue.sqlfile import queries_load
+
+SQL = queries_load(Path(__file__).with_name("sql") / "queries.sql")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A notification this worker holds, with what it needs to deliver it."""
+
+    id: uuid.UUID
+    claim_token: uuid.UUID
+    client_id: uuid.UUID
+    channel: str
+    recipient: str
+    subject: str
+    body: str
+    metadata: dict[str, Any]
+    priority: int
+    attempt_count: int
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How one claim ends: the row's next status and what the attempt records."""
+
+    id: uuid.UUID
+    claim_token: uuid.UUID
+    status: str
+    outcome: str
+    error: str | None = None
+    message_id: str | None = None
+    # When the row is next due (a retry or deferral); None keeps the current due time.
+    due_at: datetime | None = None
+    # -1 gives the attempt back (the message was never tried); 0 keeps it counted.
+    attempt_delta: int = 0
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    id: uuid.UUID
+    status: str
+
+
+@dataclass(frozen=True)
+class SimulatedCall:
+    calls: int
+    outcome: str | None
+    message_id: str | None
+
+
+class DeliveryRepository:
+    def notification_claim_due(
+        self, *, worker: str, limit: int, now: datetime, claim_timeout_s: float
+    ) -> list[Claim]:
+        rows = self._fetch(
+            "notification_claim_due",
+            worker=worker,
+            limit=limit,
+            now=now,
+            claim_timeout_s=claim_timeout_s,
+        )
+        return [Claim(*row) for row in rows]
+
+    def notification_finish(self, finishes: list[Finish], *, now: datetime) -> dict[uuid.UUID, str]:
+        """Applies results; returns the rows it changed. A stale token is simply absent."""
+        if not finishes:
+            return {}
+        rows = self._fetch(
+            "notification_finish",
+            now=now,
+            ids=[f.id for f in finishes],
+            tokens=[f.claim_token for f in finishes],
+            statuses=[f.status for f in finishes],
+            outcomes=[f.outcome for f in finishes],
+            errors=[f.error for f in finishes],
+            message_ids=[f.message_id for f in finishes],
+            due_ats=[f.due_at for f in finishes],
+            attempt_deltas=[f.attempt_delta for f in finishes],
+        )
+        return dict(rows)
+
+    def notification_reclaim_expired(self, *, now: datetime, limit: int = 1000) -> list[Reclaimed]:
+        return [
+            Reclaimed(*row)
+            for row in self._fetch("notification_reclaim_expired", now=now, limit=limit)
+        ]
+
+    def notification_next_due_at(self) -> datetime | None:
+        rows = self._fetch("notification_next_due_at")
+        return rows[0][0] if rows else None
+
+    def worker_heartbeat(
+        self, *, worker: str, hostname: str, pid: int, now: datetime, delivered: int
+    ) -> None:
+        self._execute(
+            "worker_heartbeat_upsert",
+            worker=worker,
+            hostname=hostname,
+            pid=pid,
+            now=now,
+            delivered=delivered,
+        )
+
+    def worker_stopped(self, *, worker: str, now: datetime, delivered: int) -> None:
+        self._execute("worker_heartbeat_stop", worker=worker, now=now, delivered=delivered)
+
+    def simulated_message_call(
+        self, *, key: str, channel: str, recipient: str, now: datetime, decide
+    ) -> SimulatedCall:
+        """Records a call to the simulated provider and, under the key's row lock, lets
+        `decide(calls)` settle a first final answer. Returns what the provider answers."""
+        with transaction.atomic():
+            rows = self._fetch(
+                "simulated_message_call", key=key, channel=channel, recipient=recipient, now=now
+            )
+            call = SimulatedCall(*rows[0])
+            if call.outcome is not None:
+                return call
+            outcome, message_id = decide(call.calls)
+            if outcome is not None:
+                self._execute(
+                    "simulated_message_answer", key=key, outcome=outcome, message_id=message_id
+                )
+            return SimulatedCall(call.calls, outcome, message_id)
+
+    @staticmethod
+    def _fetch(name: str, **params: Any) -> list[tuple]:
+        with connection.cursor() as cursor:
+            cursor.execute(SQL[name], params)
+            return cursor.fetchall()
+
+    @staticmethod
+    def _execute(name: str, **params: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(SQL[name], params)

@@ -1,0 +1,146 @@
+-- The delivery worker's SQL. `DeliveryRepository` is the only user of these statements.
+-- Every statement that ends a claim names the claim token and expects status PROCESSING, so a
+-- worker whose claim was taken over changes nothing.
+
+-- name: notification_claim_due
+-- Takes up to %(limit)s due rows in claim order, skipping rows other workers hold, and marks
+-- them PROCESSING under a fresh claim token. The attempt is counted here, at claim time, so a
+-- message that crashes its worker still runs out of attempts. Commits before any provider call.
+WITH due AS (
+    SELECT id
+    FROM notification
+    WHERE status = 'PENDING' AND due_at <= %(now)s
+    ORDER BY priority, due_at, created_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE notification AS n
+    SET status = 'PROCESSING',
+        claim_token = gen_random_uuid(),
+        claimed_by = %(worker)s,
+        claim_expires_at = %(now)s + make_interval(secs => %(claim_timeout_s)s),
+        attempt_count = n.attempt_count + 1,
+        updated_at = %(now)s
+    FROM due
+    WHERE n.id = due.id
+    RETURNING n.id, n.claim_token, n.client_id, n.channel, n.recipient, n.subject, n.body,
+              n.metadata, n.priority, n.due_at, n.created_at, n.attempt_count, n.max_attempts
+), attempt AS (
+    INSERT INTO delivery_attempt (notification_id, claim_token, number, channel, worker, started_at)
+    SELECT id, claim_token, attempt_count, channel, %(worker)s, %(now)s FROM claimed
+)
+SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, priority,
+       attempt_count, max_attempts
+FROM claimed
+ORDER BY priority, due_at, created_at;
+
+-- name: notification_finish
+-- Applies a batch of results. Each input row carries the claim token it was claimed under;
+-- rows whose token no longer matches (the claim expired and was taken over) are left alone.
+-- In-app messages reach the inbox in this same statement. Final statuses also get their
+-- webhook event here, from the trigger on notification (see migration delivery 0002).
+WITH result AS (
+    SELECT *
+    FROM unnest(
+        %(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[], %(outcomes)s::text[],
+        %(errors)s::text[], %(message_ids)s::text[], %(due_ats)s::timestamptz[],
+        %(attempt_deltas)s::int[]
+    ) AS r(id, claim_token, status, outcome, error, message_id, due_at, attempt_delta)
+), finished AS (
+    UPDATE notification AS n
+    SET status = r.status,
+        due_at = coalesce(r.due_at, n.due_at),
+        attempt_count = n.attempt_count + r.attempt_delta,
+        last_error = CASE WHEN r.error IS NOT NULL THEN r.error ELSE n.last_error END,
+        sent_at = CASE WHEN r.status = 'SENT' THEN %(now)s ELSE n.sent_at END,
+        claim_token = NULL,
+        claim_expires_at = NULL,
+        updated_at = %(now)s
+    FROM result AS r
+    WHERE n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
+    RETURNING n.id, n.client_id, n.status, n.channel, n.recipient, n.subject, n.body, n.metadata,
+              r.claim_token, r.outcome, r.error, r.message_id
+), attempt AS (
+    UPDATE delivery_attempt AS a
+    SET finished_at = %(now)s, outcome = f.outcome, error = f.error,
+        provider_message_id = f.message_id
+    FROM finished AS f
+    WHERE a.claim_token = f.claim_token
+), inbox AS (
+    INSERT INTO inbox_message (id, client_id, user_id, notification_id, subject, body, metadata,
+                               created_at)
+    SELECT gen_random_uuid(), f.client_id, f.recipient, f.id, f.subject, f.body, f.metadata, %(now)s
+    FROM finished AS f
+    WHERE f.channel = 'in_app' AND f.status = 'SENT'
+    ON CONFLICT (notification_id) DO NOTHING
+)
+SELECT id, status FROM finished;
+
+-- name: notification_reclaim_expired
+-- Returns rows whose claim expired (their worker died or stalled) to PENDING, due now. The
+-- attempt the dead worker used stays counted. When that was already the final attempt the row
+-- still gets one more claim (attempt_count may reach max_attempts + 1): the message may have
+-- been delivered, and re-sending with the same idempotency key confirms it. A row that crashed
+-- on that extra attempt too is dead-lettered.
+WITH expired AS (
+    SELECT id, claim_token, claimed_by
+    FROM notification
+    WHERE status = 'PROCESSING' AND claim_expires_at < %(now)s
+    ORDER BY claim_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), reclaimed AS (
+    UPDATE notification AS n
+    SET status = CASE WHEN n.attempt_count > n.max_attempts THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
+        last_error = 'claim expired: worker ' || e.claimed_by || ' did not report back',
+        due_at = %(now)s,
+        claim_token = NULL,
+        claim_expires_at = NULL,
+        updated_at = %(now)s
+    FROM expired AS e
+    WHERE n.id = e.id
+    RETURNING n.id, n.status, e.claim_token
+), attempt AS (
+    UPDATE delivery_attempt AS a
+    SET finished_at = %(now)s, outcome = 'ABANDONED', error = 'claim expired'
+    FROM reclaimed AS r
+    WHERE a.claim_token = r.claim_token
+)
+SELECT id, status FROM reclaimed;
+
+-- name: notification_next_due_at
+-- The earliest due time among waiting rows: one index probe per priority on the claim index.
+SELECT min(head.due_at)
+FROM (VALUES (0), (1), (2), (3)) AS p(priority)
+CROSS JOIN LATERAL (
+    SELECT due_at
+    FROM notification
+    WHERE status = 'PENDING' AND priority = p.priority
+    ORDER BY due_at
+    LIMIT 1
+) AS head;
+
+-- name: worker_heartbeat_upsert
+INSERT INTO worker_heartbeat (worker_id, hostname, pid, started_at, last_seen_at, delivered)
+VALUES (%(worker)s, %(hostname)s, %(pid)s, %(now)s, %(now)s, %(delivered)s)
+ON CONFLICT (worker_id) DO UPDATE
+SET last_seen_at = excluded.last_seen_at, delivered = excluded.delivered, stopped_at = NULL;
+
+-- name: worker_heartbeat_stop
+UPDATE worker_heartbeat SET stopped_at = %(now)s, last_seen_at = %(now)s, delivered = %(delivered)s
+WHERE worker_id = %(worker)s;
+
+-- name: simulated_message_call
+-- Counts a call to the simulated provider and locks its idempotency record for this transaction.
+INSERT INTO simulated_provider_message AS m (idempotency_key, channel, recipient, calls, sends,
+                                             first_call_at, last_call_at)
+VALUES (%(key)s, %(channel)s, %(recipient)s, 1, 0, %(now)s, %(now)s)
+ON CONFLICT (idempotency_key) DO UPDATE
+SET calls = m.calls + 1, last_call_at = excluded.last_call_at
+RETURNING calls, outcome, message_id;
+
+-- name: simulated_message_answer
+UPDATE simulated_provider_message
+SET outcome = %(outcome)s, message_id = %(message_id)s,
+    sends = sends + CASE WHEN %(outcome)s = 'ACCEPTED' THEN 1 ELSE 0 END
+WHERE idempotency_key = %(key)s;

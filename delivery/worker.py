@@ -1,0 +1,319 @@
+"""The delivery worker: claims due notifications, delivers them, records the results.
+
+`Worker.run_once()` is one step (collect finished deliveries, record them in one statement,
+claim more when a delivery slot is free) and returns what it did; `Worker.run()` wraps it in a
+loop with heartbeats, reclaiming of expired claims, and LISTEN/NOTIFY wake-ups. Deliveries run
+on `concurrency` threads, so that many provider calls are in flight at once; no database lock
+is held during any of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from django.db import connection
+
+from delivery.models import Outcome
+from delivery.providers.base import Message, Provider, TemporaryFailure
+from delivery.repositories import Claim, DeliveryRepository, Finish
+from delivery.services import RetryPolicy, attempt_finish, claim_release
+
+log = logging.getLogger("notifyqueue.delivery")
+
+WAKEUP_CHANNEL = "notifyqueue_due"
+
+
+def worker_id_new() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    claimed: int
+    finished: int
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    concurrency: int = 8
+    batch_size: int = 100
+    claim_timeout_s: float = 300.0
+    poll_interval_s: float = 1.0
+    heartbeat_s: float = 5.0
+
+
+class DeliveryPool:
+    """`size` threads that each deliver one claim at a time, fed from a queue."""
+
+    def __init__(self, size: int, deliver: Callable[[Claim], Finish]) -> None:
+        self._deliver = deliver
+        self._tasks: queue.Queue[Claim | None] = queue.Queue()
+        self._done: queue.Queue[Finish] = queue.Queue()
+        self.outstanding = 0
+        self._threads = [
+            threading.Thread(target=self._run, name=f"delivery-{i}", daemon=True)
+            for i in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, claims: Iterable[Claim]) -> None:
+        for claim in claims:
+            self.outstanding += 1
+            self._tasks.put(claim)
+
+    def results(self, wait_s: float = 0.0) -> list[Finish]:
+        """Finished deliveries; waits up to `wait_s` for the first one when none is ready."""
+        finishes: list[Finish] = []
+        try:
+            if wait_s > 0 and self.outstanding:
+                finishes.append(self._done.get(timeout=wait_s))
+            while True:
+                finishes.append(self._done.get_nowait())
+        except queue.Empty:
+            pass
+        self.outstanding -= len(finishes)
+        return finishes
+
+    def unstarted(self) -> list[Claim]:
+        """Takes back every claim no thread has picked up yet."""
+        claims: list[Claim] = []
+        try:
+            while True:
+                claim = self._tasks.get_nowait()
+                if claim is not None:
+                    claims.append(claim)
+        except queue.Empty:
+            pass
+        self.outstanding -= len(claims)
+        return claims
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._tasks.put(None)
+        for thread in self._threads:
+            thread.join()
+
+    def _run(self) -> None:
+        try:
+            while (claim := self._tasks.get()) is not None:
+                self._done.put(self._deliver(claim))
+                if connection.errors_occurred:
+                    connection.close_if_unusable_or_obsolete()
+        finally:
+            connection.close()
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        providers: dict[str, Provider],
+        config: WorkerConfig,
+        policy: RetryPolicy,
+        worker_id: str | None = None,
+        repository: DeliveryRepository | None = None,
+        clock: Callable[[], datetime] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        from django.utils import timezone
+
+        self.providers = providers
+        self.config = config
+        self.policy = policy
+        self.worker_id = worker_id or worker_id_new()
+        self.repository = repository or DeliveryRepository()
+        self.clock = clock or timezone.now
+        self.rng = rng or random.Random()
+        self.delivered = 0
+        self._stopping = threading.Event()
+        self._pool = DeliveryPool(config.concurrency, self._deliver)
+
+    # --- one step -------------------------------------------------------------------------
+
+    def run_once(self, *, wait_s: float = 0.0) -> StepResult:
+        """Records what finished (waiting up to `wait_s` for it), then claims a batch if a
+        delivery slot is free and the worker is not stopping."""
+        finished = self._record(self._pool.results(wait_s))
+        claimed = 0
+        if not self._stopping.is_set() and self._pool.outstanding < self.config.concurrency:
+            claims = self.repository.notification_claim_due(
+                worker=self.worker_id,
+                limit=self.config.batch_size,
+                now=self.clock(),
+                claim_timeout_s=self.config.claim_timeout_s,
+            )
+            self._pool.submit(claims)
+            claimed = len(claims)
+        return StepResult(claimed=claimed, finished=finished, in_flight=self._pool.outstanding)
+
+    def reclaim_expired(self) -> int:
+        """Returns expired claims of dead or stalled workers to the queue."""
+        reclaimed = self.repository.notification_reclaim_expired(now=self.clock())
+        for row in reclaimed:
+            log.warning(
+                "claim expired notification=%s status=%s worker=%s",
+                row.id,
+                row.status,
+                self.worker_id,
+            )
+        return len(reclaimed)
+
+    def heartbeat(self) -> None:
+        self.repository.worker_heartbeat(
+            worker=self.worker_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            now=self.clock(),
+            delivered=self.delivered,
+        )
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Asks the loop to stop claiming; safe to call from a signal handler."""
+        self._stopping.set()
+
+    def run(self, *, until_empty: bool = False) -> None:
+        """Runs until `stop()` (or, with `until_empty`, until nothing is due or in flight);
+        then gives back unstarted claims, finishes in-flight deliveries and returns."""
+        listener = WakeupListener()
+        next_maintenance = 0.0
+        try:
+            while not self._stopping.is_set():
+                if time.monotonic() >= next_maintenance:
+                    self.heartbeat()
+                    self.reclaim_expired()
+                    next_maintenance = time.monotonic() + self.config.heartbeat_s
+                step = self.run_once()
+                if step.claimed or step.finished:
+                    continue
+                if step.in_flight:
+                    self._record(self._pool.results(wait_s=0.05))
+                    continue
+                if until_empty and not self.reclaim_expired():
+                    break
+                listener.wait(self._idle_wait_s())
+        finally:
+            self._shutdown()
+            listener.close()
+
+    def _idle_wait_s(self) -> float:
+        """Sleeps until the next row is due, but never longer than the poll interval, so a
+        lost wake-up costs at most one interval."""
+        next_due = self.repository.notification_next_due_at()
+        if next_due is None:
+            return self.config.poll_interval_s
+        until_due = (next_due - self.clock()).total_seconds()
+        return max(0.0, min(until_due, self.config.poll_interval_s))
+
+    def _shutdown(self) -> None:
+        released = [claim_release(claim) for claim in self._pool.unstarted()]
+        self._record(released)
+        while self._pool.outstanding:
+            self._record(self._pool.results(wait_s=0.1))
+        self._pool.close()
+        self.repository.worker_stopped(
+            worker=self.worker_id, now=self.clock(), delivered=self.delivered
+        )
+        if released:
+            log.info("released %d unstarted claims worker=%s", len(released), self.worker_id)
+
+    # --- delivery (runs on pool threads) ---------------------------------------------------
+
+    def _deliver(self, claim: Claim) -> Finish:
+        provider = self.providers[claim.channel]
+        message = Message(
+            notification_id=claim.id,
+            channel=claim.channel,
+            recipient=claim.recipient,
+            subject=claim.subject,
+            body=claim.body,
+            metadata=claim.metadata,
+        )
+        try:
+            result = provider.send(message)
+        except Exception as exc:  # a provider bug must not lose the claim's result
+            log.exception("provider %s raised for notification=%s", provider.name, claim.id)
+            result = TemporaryFailure(f"{provider.name} provider raised {type(exc).__name__}")
+        finish = attempt_finish(claim, result, now=self.clock(), policy=self.policy, rng=self.rng)
+        log.info(
+            "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
+            "status=%s worker=%s",
+            claim.id,
+            claim.client_id,
+            claim.channel,
+            claim.attempt_count,
+            finish.outcome,
+            finish.status,
+            self.worker_id,
+        )
+        return finish
+
+    def _record(self, finishes: list[Finish]) -> int:
+        if not finishes:
+            return 0
+        applied = self.repository.notification_finish(finishes, now=self.clock())
+        for finish in finishes:
+            if finish.id not in applied:
+                log.warning(
+                    "stale result ignored notification=%s outcome=%s worker=%s "
+                    "(claim expired and was taken over)",
+                    finish.id,
+                    finish.outcome,
+                    self.worker_id,
+                )
+        self.delivered += sum(1 for f in finishes if f.outcome == Outcome.SENT and f.id in applied)
+        return len(applied)
+
+
+class WakeupListener:
+    """LISTENs on its own connection for `NOTIFY notifyqueue_due` (sent by a trigger when a
+    notification is inserted or put back to PENDING). Falls back to sleeping if the
+    connection fails; the poll interval then bounds the delay."""
+
+    def __init__(self) -> None:
+        self._conn: psycopg.Connection | None = None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Blocks until a wake-up or `timeout_s`; True when woken."""
+        try:
+            conn = self._connect()
+            woken = any(True for _ in conn.notifies(timeout=timeout_s, stop_after=1))
+            if woken:
+                list(conn.notifies(timeout=0))  # several inserts wake the worker once
+            return woken
+        except psycopg.Error:
+            log.warning("wake-up listener lost its connection; polling until it is back")
+            self.close()
+            time.sleep(timeout_s)
+            return False
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connect(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            params = connection.get_connection_params()
+            params = {
+                key: value
+                for key, value in params.items()
+                if key not in {"cursor_factory", "context", "prepare_threshold"}
+            }
+            self._conn = psycopg.connect(**params, autocommit=True)
+            self._conn.execute(f"LISTEN {WAKEUP_CHANNEL}")
+        return self._conn
