@@ -205,7 +205,7 @@ class Worker:
                     continue
                 if until_empty and not self.reclaim_expired():
                     break
-                listener.wait(self._idle_wait_s())
+                listener.wait(self._idle_wait_s(), interrupt=self._stopping)
         finally:
             self._shutdown()
             listener.close()
@@ -287,18 +287,21 @@ class WakeupListener:
     def __init__(self) -> None:
         self._conn: psycopg.Connection | None = None
 
-    def wait(self, timeout_s: float) -> bool:
-        """Blocks until a wake-up or `timeout_s`; True when woken."""
+    def wait(self, timeout_s: float, *, interrupt: threading.Event) -> bool:
+        """Blocks until a wake-up, `timeout_s`, or `interrupt`; True when woken."""
+        deadline = time.monotonic() + timeout_s
         try:
             conn = self._connect()
-            woken = any(True for _ in conn.notifies(timeout=timeout_s, stop_after=1))
-            if woken:
-                list(conn.notifies(timeout=0))  # several inserts wake the worker once
-            return woken
+            while (remaining := deadline - time.monotonic()) > 0 and not interrupt.is_set():
+                # Short slices keep a stop request (SIGTERM) from waiting out a long sleep.
+                if any(True for _ in conn.notifies(timeout=min(remaining, 0.2), stop_after=1)):
+                    list(conn.notifies(timeout=0))  # several inserts wake the worker once
+                    return True
+            return False
         except psycopg.Error:
             log.warning("wake-up listener lost its connection; polling until it is back")
             self.close()
-            time.sleep(timeout_s)
+            interrupt.wait(timeout_s)
             return False
 
     def close(self) -> None:

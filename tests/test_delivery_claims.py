@@ -1,0 +1,208 @@
+"""The claim and finish statements on real PostgreSQL, raced from separate connections."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from delivery.models import DeliveryAttempt, Outcome
+from delivery.repositories import SQL, DeliveryRepository, Finish
+from notifications.models import Notification, Status
+from tests.factories import ClientFactory, NotificationFactory
+
+repo = DeliveryRepository()
+
+
+def run_in_threads(count: int, target) -> list:
+    """Runs target(i, barrier) on `count` threads, each with its own database connection."""
+    barrier = threading.Barrier(count)
+    results: list = [None] * count
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            results[i] = target(i, barrier)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_exactly_one_of_ten_workers_claims_a_single_notification():
+    client = ClientFactory()
+    for _ in range(25):
+        notification = NotificationFactory(client=client)
+
+        def claim(i, barrier):
+            barrier.wait()
+            return repo.notification_claim_due(
+                worker=f"w{i}", limit=1, now=timezone.now(), claim_timeout_s=30
+            )
+
+        claims = [c for batch in run_in_threads(10, claim) for c in batch]
+        assert [c.id for c in claims] == [notification.id]
+        notification.refresh_from_db()
+        assert notification.status == Status.PROCESSING
+        assert notification.claim_token == claims[0].claim_token
+        assert notification.attempt_count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_without_the_lock_two_workers_claim_the_same_row():
+    """The race the claim prevents is real: read-then-update hands one row to every reader."""
+    notification = NotificationFactory()
+
+    def claim_without_lock(i, barrier):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM notification WHERE status = 'PENDING' AND due_at <= now() "
+                "ORDER BY priority, due_at, created_at LIMIT 1"
+            )
+            row = cursor.fetchone()
+            barrier.wait()  # every worker has read before any writes
+            cursor.execute(
+                "UPDATE notification SET status = 'PROCESSING', claim_token = %s, "
+                "claimed_by = %s, claim_expires_at = now() WHERE id = %s",
+                [uuid.uuid4(), f"w{i}", row[0]],
+            )
+            return cursor.rowcount
+
+    assert sum(run_in_threads(10, claim_without_lock)) == 10
+
+    # The same interleaving with FOR UPDATE SKIP LOCKED hands the row to one worker only.
+    Notification.objects.filter(id=notification.id).update(
+        status=Status.PENDING, claim_token=None, claimed_by=None, claim_expires_at=None
+    )
+
+    def claim_with_lock(i, barrier):
+        from django.db import transaction
+
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM notification WHERE status = 'PENDING' AND due_at <= now() "
+                "ORDER BY priority, due_at, created_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+            )
+            row = cursor.fetchone()
+            barrier.wait()
+            if row is None:
+                return 0
+            cursor.execute(
+                "UPDATE notification SET status = 'PROCESSING', claim_token = %s, "
+                "claimed_by = %s, claim_expires_at = now() WHERE id = %s",
+                [uuid.uuid4(), f"w{i}", row[0]],
+            )
+            return cursor.rowcount
+
+    assert sum(run_in_threads(10, claim_with_lock)) == 1
+
+
+@pytest.mark.django_db
+def test_claim_takes_due_rows_in_priority_then_due_then_creation_order():
+    now = timezone.now()
+    client = ClientFactory()
+    low = NotificationFactory(client=client, priority=3, due_at=now - timedelta(hours=1))
+    normal_late = NotificationFactory(client=client, priority=2, due_at=now - timedelta(minutes=1))
+    normal_early = NotificationFactory(client=client, priority=2, due_at=now - timedelta(minutes=5))
+    critical = NotificationFactory(client=client, priority=0, due_at=now)
+    NotificationFactory(client=client, priority=0, due_at=now + timedelta(minutes=1))  # not due
+    claims = repo.notification_claim_due(worker="w", limit=10, now=now, claim_timeout_s=30)
+    assert [c.id for c in claims] == [critical.id, normal_early.id, normal_late.id, low.id]
+
+
+@pytest.mark.django_db
+def test_claim_records_the_attempt_it_starts():
+    notification = NotificationFactory()
+    now = timezone.now()
+    [claim] = repo.notification_claim_due(worker="w1", limit=5, now=now, claim_timeout_s=30)
+    attempt = DeliveryAttempt.objects.get(notification=notification)
+    assert (attempt.number, attempt.worker, attempt.claim_token) == (1, "w1", claim.claim_token)
+    assert attempt.finished_at is None
+    notification.refresh_from_db()
+    assert notification.claim_expires_at == now + timedelta(seconds=30)
+
+
+@pytest.mark.django_db
+def test_stale_workers_late_result_is_rejected_by_the_claim_token():
+    notification = NotificationFactory()
+    t0 = timezone.now()
+    [slow] = repo.notification_claim_due(worker="slow", limit=1, now=t0, claim_timeout_s=30)
+    # The slow worker's claim expires; another worker reclaims and claims it again.
+    t1 = t0 + timedelta(seconds=31)
+    assert [r.id for r in repo.notification_reclaim_expired(now=t1)] == [notification.id]
+    [fast] = repo.notification_claim_due(worker="fast", limit=1, now=t1, claim_timeout_s=30)
+    assert fast.claim_token != slow.claim_token
+
+    late = Finish(slow.id, slow.claim_token, Status.SENT, Outcome.SENT, message_id="late")
+    assert repo.notification_finish([late], now=t1) == {}
+    notification.refresh_from_db()
+    assert notification.status == Status.PROCESSING  # untouched by the stale result
+
+    current = Finish(fast.id, fast.claim_token, Status.SENT, Outcome.SENT, message_id="m-2")
+    assert repo.notification_finish([current], now=t1) == {notification.id: "SENT"}
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.SENT, 2)
+    outcomes = list(
+        DeliveryAttempt.objects.filter(notification=notification)
+        .order_by("number")
+        .values_list("worker", "outcome")
+    )
+    assert outcomes == [("slow", Outcome.ABANDONED), ("fast", Outcome.SENT)]
+
+
+@pytest.mark.django_db
+def test_a_crash_on_the_last_attempt_gets_one_final_resend_then_dead_letters():
+    notification = NotificationFactory(max_attempts=2)
+    t0 = timezone.now()
+    for attempt in (1, 2, 3):
+        [claim] = repo.notification_claim_due(worker="w", limit=1, now=t0, claim_timeout_s=1)
+        assert claim.attempt_count == attempt
+        t0 += timedelta(seconds=2)  # the worker dies; its claim expires
+        [reclaimed] = repo.notification_reclaim_expired(now=t0)
+        expected = Status.DEAD_LETTERED if attempt == 3 else Status.PENDING
+        assert reclaimed.status == expected
+    notification.refresh_from_db()
+    assert notification.attempt_count == 3  # max_attempts + the one re-check
+    assert "did not report back" in notification.last_error
+
+
+@pytest.mark.django_db
+def test_claim_plan_reads_the_partial_pending_index():
+    client = ClientFactory()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                channel, recipient, subject, body, priority, metadata, fallback_channels,
+                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                created_at, updated_at)
+            SELECT gen_random_uuid(), %s, 'k' || g, '', 'email', 'a@example.com', '', 'b',
+                2, '{}', '[]', CASE WHEN g %% 100 = 0 THEN 'PENDING' ELSE 'SENT' END,
+                now(), now(), 1, 6, 0, now(), now()
+            FROM generate_series(1, 20000) AS g
+            """,
+            [client.id],
+        )
+        cursor.execute("ANALYZE notification")
+        cursor.execute(
+            "EXPLAIN " + SQL["notification_claim_due"],
+            {"worker": "w", "limit": 100, "now": timezone.now(), "claim_timeout_s": 30},
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "notification_pending_claim" in plan, plan
+    assert "Seq Scan on notification" not in plan, plan

@@ -1,0 +1,231 @@
+"""The worker end to end, in-process: real PostgreSQL, real threads, the simulated provider."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connections, transaction
+from django.utils import timezone
+
+from delivery.models import DeliveryAttempt, InboxMessage, Outcome, SimulatedProviderMessage
+from delivery.repositories import DeliveryRepository
+from delivery.services import RetryPolicy
+from notifications.models import Channel, Notification, Status
+from tests.delivery_helpers import FakeClock, worker_build
+from tests.factories import ClientFactory, NotificationFactory
+from webhooks.models import WebhookEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def drain(worker, clock: FakeClock, *, max_steps: int = 200) -> None:
+    """Steps the worker, moving the clock to each next due time, until nothing is waiting."""
+    repository = DeliveryRepository()
+    for _ in range(max_steps):
+        step = worker.run_once(wait_s=0.5)
+        if step.claimed or step.finished or step.in_flight:
+            continue
+        next_due = repository.notification_next_due_at()
+        if next_due is None:
+            return
+        clock.now = max(clock.now, next_due)
+    raise AssertionError("worker did not drain the queue")
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def close_workers():
+    workers = []
+    yield workers.append
+    for worker in workers:
+        worker.stop()
+        worker._shutdown()
+
+
+def test_three_hundred_notifications_ten_workers_each_sent_exactly_once():
+    client = ClientFactory()
+    NotificationFactory.create_batch(300, client=client)
+    workers = [worker_build(concurrency=2, batch_size=10) for _ in range(10)]
+    barrier = threading.Barrier(len(workers))
+
+    def run(worker):
+        barrier.wait()
+        worker.run(until_empty=True)
+        connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert Notification.objects.filter(status=Status.SENT).count() == 300
+    store = SimulatedProviderMessage.objects.all()
+    assert store.count() == 300
+    assert {(m.calls, m.sends) for m in store} == {(1, 1)}  # 300 calls, 300 sends in all
+    assert DeliveryAttempt.objects.filter(outcome=Outcome.SENT).count() == 300
+    assert sum(w.delivered for w in workers) == 300
+    assert len({a.worker for a in DeliveryAttempt.objects.all()}) > 1  # the work was shared
+
+
+def test_always_temporary_failure_is_dead_lettered_after_six_attempts_with_backoff(
+    clock, close_workers
+):
+    notification = NotificationFactory(recipient="temporary-failure@example.com")
+    clock.now = timezone.now()
+    worker = worker_build(clock=clock, policy=RetryPolicy(base_s=0.5, max_s=60))
+    close_workers(worker)
+    drain(worker, clock)
+
+    notification.refresh_from_db()
+    assert notification.status == Status.DEAD_LETTERED
+    assert notification.attempt_count == 6
+    assert "unavailable" in notification.last_error
+    attempts = list(DeliveryAttempt.objects.filter(notification=notification).order_by("number"))
+    assert [a.number for a in attempts] == [1, 2, 3, 4, 5, 6]
+    assert {a.outcome for a in attempts} == {Outcome.TEMPORARY_FAILURE}
+    for earlier, later in itertools.pairwise(attempts):
+        wait_s = (later.started_at - earlier.finished_at).total_seconds()
+        low = 0.5 * 2 ** (earlier.number - 1)
+        assert low <= wait_s <= 2 * low, (earlier.number, wait_s)
+    assert SimulatedProviderMessage.objects.get().calls == 6
+
+
+def test_backoff_is_capped_at_the_maximum(clock, close_workers):
+    notification = NotificationFactory(recipient="temporary-failure@example.com", max_attempts=9)
+    clock.now = timezone.now()
+    worker = worker_build(clock=clock, policy=RetryPolicy(base_s=0.5, max_s=5))
+    close_workers(worker)
+    drain(worker, clock)
+    attempts = list(DeliveryAttempt.objects.filter(notification=notification).order_by("number"))
+    waits = [
+        (b.started_at - a.finished_at).total_seconds() for a, b in itertools.pairwise(attempts)
+    ]
+    assert len(waits) == 8
+    assert max(waits) <= 5
+    assert waits[-1] == 5  # 0.5 * 2^7 = 64 s, capped
+
+
+def test_permanent_failure_fails_after_one_attempt(clock, close_workers):
+    notification = NotificationFactory(recipient="permanent-failure@example.com")
+    clock.now = timezone.now()
+    worker = worker_build(clock=clock)
+    close_workers(worker)
+    drain(worker, clock)
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.FAILED, 1)
+    assert "rejected" in notification.last_error
+
+
+def test_flaky_two_is_sent_on_the_third_attempt(clock, close_workers):
+    notification = NotificationFactory(recipient="flaky-2@example.com")
+    clock.now = timezone.now()
+    worker = worker_build(clock=clock)
+    close_workers(worker)
+    drain(worker, clock)
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.SENT, 3)
+    assert notification.sent_at is not None
+    outcomes = list(
+        DeliveryAttempt.objects.filter(notification=notification)
+        .order_by("number")
+        .values_list("outcome", flat=True)
+    )
+    assert outcomes == [Outcome.TEMPORARY_FAILURE, Outcome.TEMPORARY_FAILURE, Outcome.SENT]
+    sent = DeliveryAttempt.objects.get(notification=notification, outcome=Outcome.SENT)
+    assert sent.provider_message_id.startswith("sim-")
+
+
+def test_in_app_delivery_writes_the_inbox_row_with_sent(clock, close_workers):
+    notification = NotificationFactory(channel=Channel.IN_APP, recipient="user-42", subject="Hi")
+    clock.now = timezone.now()
+    worker = worker_build(clock=clock)
+    close_workers(worker)
+    drain(worker, clock)
+    notification.refresh_from_db()
+    inbox = InboxMessage.objects.get(notification=notification)
+    assert notification.status == Status.SENT
+    assert (inbox.user_id, inbox.subject, inbox.body) == ("user-42", "Hi", notification.body)
+    assert inbox.created_at == notification.sent_at
+
+
+def test_final_statuses_write_their_webhook_event_in_the_same_transaction(clock, close_workers):
+    client = ClientFactory(webhook_url="https://hooks.example.com/notify")
+    silent = ClientFactory()  # no webhook URL: no events
+    sent = NotificationFactory(client=client)
+    failed = NotificationFactory(client=client, recipient="permanent-failure@example.com")
+    dead = NotificationFactory(client=client, recipient="temporary-failure@x.com", max_attempts=2)
+    NotificationFactory(client=silent)
+    clock.now = timezone.now()
+    worker = worker_build(clock=clock)
+    close_workers(worker)
+    drain(worker, clock)
+
+    events = {e.notification_id: e for e in WebhookEvent.objects.all()}
+    assert set(events) == {sent.id, failed.id, dead.id}  # retries in between reported nothing
+    assert (events[sent.id].status, events[sent.id].attempt_count) == ("SENT", 1)
+    assert events[failed.id].status == "FAILED"
+    assert (events[dead.id].status, events[dead.id].attempt_count) == ("DEAD_LETTERED", 2)
+    sent.refresh_from_db()
+    assert events[sent.id].occurred_at == sent.updated_at
+
+
+def test_a_rolled_back_status_change_leaves_no_webhook_event():
+    notification = NotificationFactory(client=ClientFactory(webhook_url="https://h.example.com"))
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Notification.objects.filter(id=notification.id).update(
+            status=Status.FAILED, updated_at=timezone.now()
+        )
+        assert WebhookEvent.objects.count() == 1  # written with the change...
+        raise RuntimeError("abort")
+    assert WebhookEvent.objects.count() == 0  # ...and gone with it
+
+
+def test_heartbeat_row_tracks_a_live_worker(close_workers):
+    from delivery.models import WorkerHeartbeat
+
+    worker = worker_build()
+    close_workers(worker)
+    worker.heartbeat()
+    beat = WorkerHeartbeat.objects.get(worker_id=worker.worker_id)
+    assert beat.stopped_at is None
+    assert timezone.now() - beat.last_seen_at < timedelta(seconds=5)
+
+
+def test_idle_worker_wakes_on_insert_long_before_its_poll_interval():
+    """With a 10 s poll interval, only LISTEN/NOTIFY can deliver within a couple of seconds."""
+    from delivery.worker import Worker, WorkerConfig
+    from tests.delivery_helpers import simulated_providers
+
+    worker = Worker(
+        providers=simulated_providers(),
+        config=WorkerConfig(concurrency=2, batch_size=10, poll_interval_s=10, heartbeat_s=30),
+        policy=RetryPolicy(base_s=0.5, max_s=60),
+    )
+    thread = threading.Thread(target=lambda: (worker.run(), connections.close_all()))
+    thread.start()
+    try:
+        time.sleep(0.5)  # the worker has found nothing and is waiting on LISTEN
+        created = time.monotonic()
+        notification = NotificationFactory()
+        deadline = created + 5
+        while time.monotonic() < deadline:
+            notification.refresh_from_db()
+            if notification.status == Status.SENT:
+                break
+            time.sleep(0.01)
+        latency = time.monotonic() - created
+    finally:
+        worker.stop()
+        thread.join(timeout=15)
+    assert notification.status == Status.SENT
+    assert latency < 5, latency
+    print(f"wake-up to SENT: {latency * 1000:.0f} ms")

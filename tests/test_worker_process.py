@@ -1,0 +1,125 @@
+"""`manage.py run_worker` as a real process: killed mid-delivery, and stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from delivery.models import DeliveryAttempt, Outcome
+from notifications.models import Notification, Status
+from tests.delivery_helpers import LoopbackProvider
+from tests.factories import ClientFactory, NotificationFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def provider():
+    server = LoopbackProvider()
+    server.url = server.start()
+    yield server
+    server.stop()
+
+
+def worker_process(database_url: str, provider_url: str, *args: str, **env: str):
+    environment = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "NOTIFYQUEUE_EMAIL_PROVIDER": "http",
+        "NOTIFYQUEUE_EMAIL_PROVIDER_URL": provider_url,
+        "NOTIFYQUEUE_POLL_INTERVAL_SECONDS": "0.1",
+        "NOTIFYQUEUE_HEARTBEAT_SECONDS": "0.2",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "run_worker", *args],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for(predicate, timeout_s: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_worker_killed_after_the_provider_accepted_is_sent_once_after_its_claim_expires(
+    provider, database_url
+):
+    notification = NotificationFactory(client=ClientFactory())
+    provider.hold = True  # the provider accepts, then the worker dies before hearing back
+    first = worker_process(
+        database_url, provider.url, "--concurrency", "1", NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS="1"
+    )
+    try:
+        assert provider.received.wait(20), "the first worker never called the provider"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=10)
+    notification.refresh_from_db()
+    assert notification.status == Status.PROCESSING  # nothing was recorded
+    provider.hold = False
+    provider.release.set()
+
+    time.sleep(1.1)  # let the dead worker's claim expire
+    second = worker_process(
+        database_url,
+        provider.url,
+        "--until-empty",
+        NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS="1",
+    )
+    output, _ = second.communicate(timeout=30)
+    assert second.returncode == 0, output
+
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.SENT, 2)
+    key = f"{notification.id}:email"
+    assert [call.key for call in provider.calls] == [key, key]  # the same key both times
+    assert len(provider.sent) == 1  # so the provider sent the message once
+    attempts = list(DeliveryAttempt.objects.filter(notification=notification).order_by("number"))
+    assert [a.outcome for a in attempts] == [Outcome.ABANDONED, Outcome.SENT]
+    assert attempts[1].provider_message_id == provider.sent[key]
+
+
+def test_sigterm_gives_back_unstarted_claims_and_finishes_the_one_in_flight(provider, database_url):
+    client = ClientFactory()
+    notifications = NotificationFactory.create_batch(5, client=client)
+    provider.hold = True
+    worker = worker_process(database_url, provider.url, "--concurrency", "1", "--batch-size", "5")
+    try:
+        assert provider.received.wait(20), "the worker never called the provider"
+        processing = Notification.objects.filter(status=Status.PROCESSING)
+        wait_for(lambda: processing.count() == 5, what="all five claimed")
+        worker.send_signal(signal.SIGTERM)
+
+        pending = Notification.objects.filter(status=Status.PENDING)
+        wait_for(lambda: pending.count() == 4, what="unstarted claims given back")
+        assert set(pending.values_list("attempt_count", flat=True)) == {0}
+        assert worker.poll() is None  # still finishing the delivery in flight
+    finally:
+        provider.release.set()
+    output, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0, output
+
+    statuses = sorted(Notification.objects.values_list("status", flat=True))
+    assert statuses == [Status.PENDING] * 4 + [Status.SENT]
+    assert len(provider.calls) == 1
+    released = DeliveryAttempt.objects.filter(outcome=Outcome.RELEASED)
+    assert released.count() == 4
+    assert {n.id for n in notifications} == set(
+        DeliveryAttempt.objects.values_list("notification_id", flat=True)
+    )
