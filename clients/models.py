@@ -29,6 +29,11 @@ class Client(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def is_authenticated(self) -> bool:
+        # DRF's IsAuthenticated asks this of request.user, which is the client.
+        return True
+
 
 class ClientAPIKey(AbstractAPIKey):
     """A key is stored as a prefix plus a hash; the full key is shown once, at creation."""

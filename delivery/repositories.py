@@ -153,3 +153,46 @@ class DeliveryRepository:
     def _execute(name: str, **params: Any) -> None:
         with connection.cursor() as cursor:
             cursor.execute(SQL[name], params)
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    number: int
+    channel: str
+    worker: str
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str | None
+    error: str | None
+    provider_message_id: str | None
+
+
+def notification_attempts(
+    *, notification_id: uuid.UUID, client_id: uuid.UUID | None
+) -> list[AttemptRecord] | None:
+    """Every attempt at a notification, oldest first; None when the notification does not
+    exist or belongs to another client (`client_id=None` means an operator: any client)."""
+    from delivery.models import DeliveryAttempt
+    from notifications.models import Notification
+
+    visible = Notification.objects.filter(id=notification_id)
+    if client_id is not None:
+        visible = visible.filter(client_id=client_id)
+    if not visible.exists():
+        return None
+    rows = DeliveryAttempt.objects.filter(notification_id=notification_id).order_by(
+        "started_at", "id"
+    )
+    return [
+        AttemptRecord(
+            number=a.number,
+            channel=a.channel,
+            worker=a.worker,
+            started_at=a.started_at,
+            finished_at=a.finished_at,
+            outcome=a.outcome,
+            error=a.error,
+            provider_message_id=a.provider_message_id,
+        )
+        for a in rows
+    ]
