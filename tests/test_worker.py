@@ -229,3 +229,33 @@ def test_idle_worker_wakes_on_insert_long_before_its_poll_interval():
     assert notification.status == Status.SENT
     assert latency < 5, latency
     print(f"wake-up to SENT: {latency * 1000:.0f} ms")
+
+
+def test_concurrency_is_the_number_of_deliveries_in_flight_at_once():
+    from delivery.providers.http import HttpProvider
+    from tests.test_providers import ScriptedServer
+
+    server = ScriptedServer([(200, {"message_id": f"m-{i}"}) for i in range(8)], delay_s=0.3)
+    in_flight, peak, lock = [0], [0], threading.Lock()
+    original = HttpProvider.send
+
+    def counting_send(self, message):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        try:
+            return original(self, message)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    provider = HttpProvider(url=server.url, timeout_s=5)
+    provider.send = counting_send.__get__(provider)
+    NotificationFactory.create_batch(8, client=ClientFactory())
+    worker = worker_build(providers={"email": provider}, concurrency=4, batch_size=8)
+    try:
+        worker.run(until_empty=True)
+    finally:
+        server.close()
+    assert Notification.objects.filter(status=Status.SENT).count() == 8
+    assert peak[0] == 4  # overlapped, never more than --concurrency

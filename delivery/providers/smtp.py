@@ -43,7 +43,14 @@ class SmtpProvider:
         try:
             email.send(fail_silently=False)
         except smtplib.SMTPRecipientsRefused as exc:
-            return PermanentFailure(f"recipient refused: {exc.recipients}")
+            detail = f"recipient refused: {exc.recipients}"
+            # 4xx (greylisting, mailbox busy) may pass later; 5xx will not.
+            codes = [code for code, _ in exc.recipients.values()]
+            return (
+                TemporaryFailure(detail)
+                if all(c < 500 for c in codes)
+                else PermanentFailure(detail)
+            )
         except smtplib.SMTPResponseException as exc:
             detail = f"SMTP {exc.smtp_code}: {exc.smtp_error!r}"
             return PermanentFailure(detail) if exc.smtp_code >= 500 else TemporaryFailure(detail)
