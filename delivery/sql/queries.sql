@@ -6,13 +6,23 @@
 -- Takes up to %(limit)s due rows in claim order, skipping rows other workers hold, and marks
 -- them PROCESSING under a fresh claim token. The attempt is counted here, at claim time, so a
 -- message that crashes its worker still runs out of attempts. Commits before any provider call.
+-- The scan runs once per priority, highest first (the VALUES order drives the nested loop),
+-- each a range scan of the claim index that stops at the first row not yet due: rows
+-- scheduled far ahead at a high priority are never walked over. The outer LIMIT stops
+-- pulling (and locking) once the batch is full, so lower priorities are read only when the
+-- higher ones run short.
 WITH due AS (
-    SELECT id
-    FROM notification
-    WHERE status = 'PENDING' AND due_at <= %(now)s
-    ORDER BY priority, due_at, created_at
+    SELECT head.id
+    FROM (VALUES (0), (1), (2), (3)) AS p(priority)
+    CROSS JOIN LATERAL (
+        SELECT id
+        FROM notification
+        WHERE status = 'PENDING' AND priority = p.priority AND due_at <= %(now)s
+        ORDER BY due_at, created_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS head
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE notification AS n
     SET status = 'PROCESSING',
