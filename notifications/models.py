@@ -140,6 +140,13 @@ class Notification(models.Model):
                 fields=["client", "status", "-created_at", "-id"],
                 name="notification_client_status",
             ),
+            # The create's backlog check counts one client's PENDING rows up to a limit; this
+            # holds exactly those rows, so the count is an index-only scan of at most limit+1.
+            models.Index(
+                fields=["client"],
+                name="notification_client_pending",
+                condition=Q(status=Status.PENDING),
+            ),
             # An operator's listing across every client, newest first.
             models.Index(fields=["-created_at", "-id"], name="notification_recent"),
             # The list's recipient filter. A hash index because a push token can be longer than

@@ -32,7 +32,7 @@ RETURNING *;
 
 -- name: client_pending_count
 -- Counts at most `limit` rows, so the cost is bounded by the limit, not by the backlog.
--- Served by the notification_client_status index (client_id, status, ...).
+-- Served by the partial index notification_client_pending (client_id) WHERE PENDING.
 SELECT count(*) FROM (
     SELECT 1
       FROM notification
