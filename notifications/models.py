@@ -9,8 +9,12 @@ Invariants held by the database itself (see docs/technical-design.md):
 
 import uuid
 
+from django.contrib.postgres.indexes import HashIndex
 from django.db import models
 from django.db.models import Q
+
+# A push device token may be up to 4,096 characters (contract: recipient plausibility).
+RECIPIENT_MAX_LENGTH = 4096
 
 
 class Status(models.TextChoices):
@@ -52,7 +56,7 @@ class Notification(models.Model):
     request_fingerprint = models.CharField(max_length=64)
 
     channel = models.CharField(max_length=16, choices=Channel.choices)
-    recipient = models.CharField(max_length=320)
+    recipient = models.CharField(max_length=RECIPIENT_MAX_LENGTH)
     subject = models.TextField(blank=True, default="")
     body = models.TextField()
     priority = models.SmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
@@ -136,6 +140,19 @@ class Notification(models.Model):
                 fields=["client", "status", "-created_at", "-id"],
                 name="notification_client_status",
             ),
+            # The create's backlog check counts one client's PENDING rows up to a limit; this
+            # holds exactly those rows, so the count is an index-only scan of at most limit+1.
+            models.Index(
+                fields=["client"],
+                name="notification_client_pending",
+                condition=Q(status=Status.PENDING),
+            ),
+            # An operator's listing across every client, newest first.
+            models.Index(fields=["-created_at", "-id"], name="notification_recent"),
+            # The list's recipient filter. A hash index because a push token can be longer than
+            # a btree entry allows (~2.7 kB); equality is the only lookup it needs, and one
+            # recipient has few rows (rate-limited), so sorting them afterwards is cheap.
+            HashIndex(fields=["recipient"], name="notification_recipient"),
         ]
 
     def __str__(self) -> str:

@@ -1,0 +1,266 @@
+"""The only code that reads or writes notification rows for the API.
+
+Invariants protected here:
+- a create is decided by the (client_id, idempotency_key) unique constraint, never by a prior
+  read, so two concurrent identical requests produce one row (`DuplicateRequest` for the loser);
+- a cancel is one conditional UPDATE guarded by `status = 'PENDING'`, so it cannot overwrite a
+  worker's claim, and a worker cannot claim a row a cancel has already taken;
+- a client-scoped read never returns another client's row.
+
+Everything returned is a frozen dataclass or a list of them, never a QuerySet.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import IntegrityError, connection
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
+
+from notifications.models import Notification, Priority
+from notifyqueue.errors import InvalidRequest
+
+SQL_FILE = Path(__file__).resolve().parent / "sql" / "notifications.sql"
+JSON_COLUMNS = ("metadata", "payload", "fallback_channels")
+
+
+def queries_load(path: Path) -> dict[str, str]:
+    """Splits a `.sql` file into named statements at each `-- name: <name>` header."""
+    queries: dict[str, str] = {}
+    name: str | None = None
+    for line in path.read_text().splitlines():
+        if line.startswith("-- name:"):
+            name = line.removeprefix("-- name:").strip()
+            queries[name] = ""
+        elif name is not None:
+            queries[name] += line + "\n"
+    return {key: sql.strip().rstrip(";") for key, sql in queries.items()}
+
+
+QUERIES = queries_load(SQL_FILE)
+
+
+@dataclass(frozen=True)
+class NotificationRecord:
+    id: uuid.UUID
+    client_id: uuid.UUID
+    idempotency_key: str
+    request_fingerprint: str
+    status: str
+    channel: str
+    recipient: str
+    subject: str
+    body: str
+    priority: Priority
+    metadata: dict[str, Any]
+    user_id: str | None
+    template: str | None
+    payload: dict[str, Any] | None
+    fallback_channels: list[str]
+    send_at: datetime
+    due_at: datetime
+    attempt_count: int
+    max_attempts: int
+    last_error: str | None
+    sent_at: datetime | None
+    operator_retries: int
+    created_at: datetime
+    updated_at: datetime
+
+
+RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord))
+
+
+@dataclass(frozen=True)
+class NewNotification:
+    """What a create writes; the row's id and timestamps are set on insert."""
+
+    client_id: uuid.UUID
+    idempotency_key: str
+    request_fingerprint: str
+    channel: str
+    recipient: str
+    subject: str
+    body: str
+    priority: Priority
+    metadata: dict[str, Any]
+    user_id: str | None
+    template: str | None
+    payload: dict[str, Any] | None
+    fallback_channels: list[str]
+    send_at: datetime
+    due_at: datetime
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class ListFilters:
+    status: str | None = None
+    channel: str | None = None
+    recipient: str | None = None
+    priority: Priority | None = None
+
+
+@dataclass(frozen=True)
+class ListPosition:
+    """A row's place in the list order (created_at desc, id desc)."""
+
+    created_at: datetime
+    id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class ListPage:
+    records: list[NotificationRecord]
+    # True when more rows lie beyond this page in the direction it was read.
+    has_more: bool
+
+
+class DuplicateRequest(Exception):
+    """The client already used this idempotency key; `existing` is the row that holds it."""
+
+    def __init__(self, existing: NotificationRecord) -> None:
+        super().__init__(f"idempotency key {existing.idempotency_key!r} is taken")
+        self.existing = existing
+
+
+def _record_from_row(row: dict[str, Any]) -> NotificationRecord:
+    values = {name: row[name] for name in RECORD_FIELDS}
+    for column in JSON_COLUMNS:
+        # Django registers a text loader for jsonb, so raw cursors see JSON text.
+        if isinstance(values[column], str):
+            values[column] = json.loads(values[column])
+    values["priority"] = Priority(values["priority"])
+    return NotificationRecord(**values)
+
+
+def _fetch_records(sql: str, params: dict[str, Any]) -> list[NotificationRecord]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        columns = [column.name for column in cursor.description]
+        return [_record_from_row(dict(zip(columns, row, strict=True))) for row in cursor]
+
+
+def _json_param(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+class NotificationRepository:
+    """PostgreSQL-backed notification storage for the API."""
+
+    def insert(self, *, new: NewNotification, now: datetime) -> NotificationRecord:
+        """Inserts the row, or raises `DuplicateRequest` with the row already holding its key."""
+        params = {
+            **{f.name: getattr(new, f.name) for f in fields(NewNotification)},
+            "id": uuid.uuid4(),
+            "priority": int(new.priority),
+            "metadata": _json_param(new.metadata),
+            "payload": _json_param(new.payload),
+            "fallback_channels": _json_param(new.fallback_channels),
+            "now": now,
+        }
+        try:
+            inserted = _fetch_records(QUERIES["notification_insert"], params)
+        except IntegrityError as exc:
+            # Only a check constraint can fail here: the key conflict is absorbed by ON CONFLICT.
+            raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
+        if inserted:
+            return inserted[0]
+        existing = self.get_by_idempotency_key(
+            client_id=new.client_id, idempotency_key=new.idempotency_key
+        )
+        # Rows are never deleted, so the conflicting row is committed and visible by now.
+        assert existing is not None, "ON CONFLICT reported a row that cannot be read"
+        raise DuplicateRequest(existing)
+
+    def get(
+        self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None
+    ) -> NotificationRecord | None:
+        """The row with this id; with `client_id`, only if that client owns it."""
+        rows = Notification.objects.filter(id=notification_id)
+        if client_id is not None:
+            rows = rows.filter(client_id=client_id)
+        return self._first(rows)
+
+    def get_by_idempotency_key(
+        self, *, client_id: uuid.UUID, idempotency_key: str
+    ) -> NotificationRecord | None:
+        return self._first(
+            Notification.objects.filter(client_id=client_id, idempotency_key=idempotency_key)
+        )
+
+    def list_page(
+        self,
+        *,
+        client_id: uuid.UUID | None,
+        filters: ListFilters,
+        after: ListPosition | None,
+        before: ListPosition | None,
+        limit: int,
+    ) -> ListPage:
+        """One page in (created_at desc, id desc) order, read by keyset.
+
+        `after` reads older rows than that position (the next page); `before` reads newer rows
+        (the previous page). The page is always returned newest first.
+        """
+        rows = Notification.objects.all()
+        if client_id is not None:
+            rows = rows.filter(client_id=client_id)
+        conditions = {
+            "status": filters.status,
+            "channel": filters.channel,
+            "recipient": filters.recipient,
+            "priority": None if filters.priority is None else int(filters.priority),
+        }
+        rows = rows.filter(**{k: v for k, v in conditions.items() if v is not None})
+        if before is not None:
+            rows = rows.filter(_position_filter(_NEWER_THAN, before)).order_by("created_at", "id")
+        else:
+            if after is not None:
+                rows = rows.filter(_position_filter(_OLDER_THAN, after))
+            rows = rows.order_by("-created_at", "-id")
+        found = [_record_from_row(row) for row in rows.values(*RECORD_FIELDS)[: limit + 1]]
+        page = found[:limit]
+        if before is not None:
+            page.reverse()
+        return ListPage(records=page, has_more=len(found) > limit)
+
+    def cancel_pending(
+        self, *, notification_id: uuid.UUID, client_id: uuid.UUID, now: datetime
+    ) -> NotificationRecord | None:
+        """CANCELLED if it was this client's PENDING row; None (and nothing changed) otherwise."""
+        cancelled = _fetch_records(
+            QUERIES["notification_cancel"],
+            {"id": notification_id, "client_id": client_id, "now": now},
+        )
+        return cancelled[0] if cancelled else None
+
+    def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int:
+        """The client's PENDING rows, counted up to `limit` and no further."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                QUERIES["client_pending_count"], {"client_id": client_id, "limit": limit}
+            )
+            (count,) = cursor.fetchone()
+        return count
+
+    @staticmethod
+    def _first(rows) -> NotificationRecord | None:
+        row = rows.values(*RECORD_FIELDS).first()
+        return None if row is None else _record_from_row(row)
+
+
+# Row-value comparisons let PostgreSQL walk the (..., created_at desc, id desc) indexes from the
+# position onwards, which an OR of two conditions would not.
+_OLDER_THAN = '("notification"."created_at", "notification"."id") < (%s, %s)'
+_NEWER_THAN = '("notification"."created_at", "notification"."id") > (%s, %s)'
+
+
+def _position_filter(sql: str, position: ListPosition) -> RawSQL:
+    return RawSQL(sql, (position.created_at, position.id), output_field=BooleanField())

@@ -1,0 +1,278 @@
+"""The API's shapes: what a request may contain and how a notification is shown.
+
+Input serializers check types, formats and combinations of fields and produce service inputs;
+the rules that need state (idempotency, backlog, body size after rendering) live in services.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import EmailValidator
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from notifications.models import RECIPIENT_MAX_LENGTH, Channel, Priority, Status
+from notifications.repositories import ListFilters
+from notifications.services import (
+    PAGE_SIZE_DEFAULT,
+    PAGE_SIZE_MAX,
+    NotificationRequest,
+    idempotency_key_problem,
+)
+
+# 10 years: far enough for any schedule, near enough that the date arithmetic cannot overflow.
+DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600
+SMS_NUMBER = re.compile(r"\+[1-9][0-9]{6,14}")
+PUSH_TOKEN = re.compile(rf"[\x21-\x7e]{{8,{RECIPIENT_MAX_LENGTH}}}")
+USER_ID_MAX_LENGTH = 255
+_email_validator = EmailValidator()
+
+
+class CaseInsensitiveChoiceField(serializers.ChoiceField):
+    """Accepts any letter case and returns the choice as written in the contract."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str):
+            by_folded = {str(choice).casefold(): choice for choice in self.choices}
+            data = by_folded.get(data.casefold(), data)
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "string", "enum": Priority.names})
+class PriorityField(CaseInsensitiveChoiceField):
+    """A priority name on the wire, a `Priority` inside."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=Priority.names, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Priority:
+        return Priority[super().to_internal_value(data)]
+
+    def to_representation(self, value: Any) -> str:
+        return Priority(value).name
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class OffsetDateTimeField(serializers.Field):
+    """An RFC 3339 date-time that must carry `Z` or an offset; naive times are refused."""
+
+    default_error_messages = {
+        "invalid": "Expected an RFC 3339 date-time such as 2026-12-01T12:00:00Z.",
+        "naive": "The date-time needs a UTC offset, such as Z or +02:00.",
+    }
+
+    def to_internal_value(self, data: Any):
+        try:
+            parsed = parse_datetime(data) if isinstance(data, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None:
+            self.fail("invalid")
+        if parsed.tzinfo is None:
+            self.fail("naive")
+        return parsed
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer; unlike DRF's IntegerField, "5" and 5.0 are refused."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class RejectUnknownFieldsMixin:
+    """A misspelt field is an error, not silently ignored."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().validate(attrs)
+
+
+def recipient_problem(channel: str, recipient: str) -> str | None:
+    """Why `recipient` cannot be an address on `channel`, or None when it is plausible."""
+    if channel == Channel.EMAIL:
+        try:
+            _email_validator(recipient)
+        except DjangoValidationError:
+            return "Not a valid email address."
+        return None
+    if channel == Channel.SMS:
+        if SMS_NUMBER.fullmatch(recipient) is None:
+            return "An SMS recipient is an E.164 number: + and 7 to 15 digits, e.g. +447700900123."
+        return None
+    if channel == Channel.PUSH:
+        if PUSH_TOKEN.fullmatch(recipient) is None:
+            return (
+                f"A push recipient is a device token: 8 to {RECIPIENT_MAX_LENGTH} printable "
+                "characters without spaces."
+            )
+        return None
+    if not 1 <= len(recipient) <= USER_ID_MAX_LENGTH:
+        return f"An in_app recipient is a user id of 1 to {USER_ID_MAX_LENGTH} characters."
+    return None
+
+
+class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
+    recipient = serializers.CharField(required=False, max_length=RECIPIENT_MAX_LENGTH)
+    subject = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    body = serializers.CharField(required=False, trim_whitespace=False)
+    priority = PriorityField(required=False, help_text="Case-insensitive on input.")
+    send_at = OffsetDateTimeField(
+        required=False, help_text="RFC 3339 with an offset; a time in the past means now."
+    )
+    delay_seconds = StrictIntegerField(
+        required=False, min_value=0, max_value=DELAY_SECONDS_MAX, help_text="Not with send_at."
+    )
+    metadata = serializers.DictField(required=False, help_text="Any JSON object; echoed back.")
+    template = serializers.CharField(
+        required=False, max_length=255, help_text="An event name (templates: a later release)."
+    )
+    payload = serializers.DictField(required=False, help_text="Fills the template's slots.")
+    user_id = serializers.CharField(required=False, max_length=USER_ID_MAX_LENGTH)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        errors: dict[str, list[str]] = {}
+        if "send_at" in attrs and "delay_seconds" in attrs:
+            errors["delay_seconds"] = ["Give send_at or delay_seconds, not both."]
+        if "template" in attrs:
+            for name in ("subject", "body"):
+                if name in attrs:
+                    errors[name] = [f"Give {name} directly or a template, not both."]
+        elif "body" not in attrs:
+            errors["body"] = ["A body (or a template) is required."]
+        if "payload" in attrs and "template" not in attrs:
+            errors["payload"] = ["A payload only fills a template."]
+        # Preference mode (channel and address from the user's preferences) names neither.
+        preference_mode = (
+            "template" in attrs
+            and "user_id" in attrs
+            and "channel" not in attrs
+            and "recipient" not in attrs
+        )
+        if not preference_mode:
+            for name in ("channel", "recipient"):
+                if name not in attrs:
+                    errors[name] = ["This field is required."]
+        if "channel" in attrs and "recipient" in attrs:
+            problem = recipient_problem(attrs["channel"], attrs["recipient"])
+            if problem:
+                errors["recipient"] = [problem]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+    def to_request(self) -> NotificationRequest:
+        data = self.validated_data
+        return NotificationRequest(
+            channel=data.get("channel"),
+            recipient=data.get("recipient"),
+            subject=data.get("subject", ""),
+            body=data.get("body"),
+            priority=data.get("priority", Priority.NORMAL),
+            send_at=data.get("send_at"),
+            delay_seconds=data.get("delay_seconds"),
+            metadata=data.get("metadata", {}),
+            template=data.get("template"),
+            payload=data.get("payload"),
+            user_id=data.get("user_id"),
+        )
+
+
+def validate_idempotency_key(value: str) -> str:
+    problem = idempotency_key_problem(value)
+    if problem:
+        raise serializers.ValidationError(problem)
+    return value
+
+
+class BatchItemInput(NotificationCreateInput):
+    idempotency_key = serializers.CharField(
+        trim_whitespace=False,
+        allow_blank=True,
+        validators=[validate_idempotency_key],
+        help_text="1-255 printable characters, scoped to your client.",
+    )
+
+
+class BatchInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    notifications = serializers.ListField(
+        child=serializers.JSONField(), min_length=1, max_length=1000
+    )
+
+
+class NotificationListFilters(RejectUnknownFieldsMixin, serializers.Serializer):
+    status = CaseInsensitiveChoiceField(choices=Status.values, required=False)
+    channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
+    recipient = serializers.CharField(required=False, max_length=RECIPIENT_MAX_LENGTH)
+    priority = PriorityField(required=False)
+    cursor = serializers.CharField(required=False, help_text="From `next` or `previous`.")
+    page_size = serializers.IntegerField(
+        required=False, min_value=1, max_value=PAGE_SIZE_MAX, default=PAGE_SIZE_DEFAULT
+    )
+
+    def to_filters(self) -> ListFilters:
+        data = self.validated_data
+        return ListFilters(
+            status=data.get("status"),
+            channel=data.get("channel"),
+            recipient=data.get("recipient"),
+            priority=data.get("priority"),
+        )
+
+
+class NotificationOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=Status.values)
+    channel = serializers.ChoiceField(choices=Channel.values)
+    recipient = serializers.CharField()
+    priority = PriorityField()
+    send_at = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    attempt_count = serializers.IntegerField()
+    max_attempts = serializers.IntegerField()
+    last_error = serializers.CharField(allow_null=True)
+    sent_at = serializers.DateTimeField(allow_null=True)
+    idempotency_key = serializers.CharField()
+    metadata = serializers.DictField()
+    user_id = serializers.CharField(allow_null=True)
+    template = serializers.CharField(allow_null=True)
+    fallback_channels = serializers.ListField(child=serializers.CharField())
+    operator_retries = serializers.IntegerField()
+
+
+class NotificationListOutput(serializers.Serializer):
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = NotificationOutput(many=True)
+
+
+class ErrorDetail(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    fields = serializers.DictField(help_text="Offending fields, each with its messages.")
+
+
+class ErrorOutput(serializers.Serializer):
+    error = ErrorDetail()
+
+
+class BatchResultOutput(serializers.Serializer):
+    status = serializers.ChoiceField(choices=[200, 201, 400, 409])
+    notification = NotificationOutput(required=False)
+    error = ErrorDetail(required=False)
+
+
+class BatchOutput(serializers.Serializer):
+    results = BatchResultOutput(many=True)

@@ -1,0 +1,464 @@
+"""Rules for creating, reading, listing and cancelling notifications. No ORM here.
+
+Invariants protected here:
+- a request is fully checked (content resolved, body size) before anything is written, so an
+  invalid one never enters the queue;
+- new (201), replay (200) or reused key (409) is decided by the repository's unique constraint
+  and the sha256 fingerprint of the normalised request, never by a read that could race;
+- a stored body is at most 64 KiB of UTF-8 after rendering;
+- a client whose PENDING backlog is over its limit cannot create (429), but can still replay;
+- only the owner can cancel, and only a PENDING notification.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from django.conf import settings
+from rest_framework import status as http
+
+from notifications.models import Priority
+from notifications.repositories import (
+    DuplicateRequest,
+    ListFilters,
+    ListPage,
+    ListPosition,
+    NewNotification,
+    NotificationRecord,
+    NotificationRepository,
+)
+from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
+
+MAX_BODY_BYTES = 64 * 1024
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+# How long a client over its backlog limit is told to wait: long enough for workers to drain a
+# meaningful share, short enough that a briefly full queue does not stall the client.
+BACKLOG_RETRY_AFTER_S = 30
+PAGE_SIZE_DEFAULT = 50
+PAGE_SIZE_MAX = 200
+
+
+class UnknownTemplate(InvalidRequest):
+    code = "unknown_template"
+
+    def __init__(self, template: str) -> None:
+        message = f"There is no template named {template!r}."
+        super().__init__(message, fields={"template": [message]})
+
+
+class IdempotencyKeyReused(Conflict):
+    code = "idempotency_key_reused"
+
+
+class NotificationNotFound(NotFound):
+    def __init__(self, notification_id: uuid.UUID | str) -> None:
+        super().__init__(f"No notification {notification_id}.")
+
+
+class NotificationNotCancellable(Conflict):
+    code = "not_cancellable"
+
+
+class TooManyPending(DomainError):
+    code = "too_many_pending"
+    http_status = http.HTTP_429_TOO_MANY_REQUESTS
+
+    def __init__(self, *, limit: int) -> None:
+        super().__init__(
+            f"More than {limit} of your notifications are waiting to be sent; "
+            f"retry in {BACKLOG_RETRY_AFTER_S} seconds."
+        )
+        self.headers = {"Retry-After": str(BACKLOG_RETRY_AFTER_S)}
+
+
+@dataclass(frozen=True)
+class NotificationRequest:
+    """A create request after shape validation: names canonical, times timezone-aware."""
+
+    channel: str | None
+    recipient: str | None
+    subject: str = ""
+    body: str | None = None
+    priority: Priority = Priority.NORMAL
+    send_at: datetime | None = None
+    delay_seconds: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    template: str | None = None
+    payload: dict[str, Any] | None = None
+    user_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RenderedContent:
+    """Where and what to send once any template and preferences have been applied."""
+
+    channel: str
+    recipient: str
+    subject: str
+    body: str
+    fallback_channels: list[str] = field(default_factory=list)
+
+
+class TemplateRenderer(Protocol):
+    def render(self, *, client_id: uuid.UUID, request: NotificationRequest) -> RenderedContent:
+        """Renders `request.template` with `request.payload`, or raises a DomainError."""
+
+
+class NoTemplates:
+    """The renderer until the templates app exists: every template name is unknown."""
+
+    def render(self, *, client_id: uuid.UUID, request: NotificationRequest) -> RenderedContent:
+        raise UnknownTemplate(request.template or "")
+
+
+class NotificationStore(Protocol):
+    """What the services need from storage; `NotificationRepository` is the real one."""
+
+    def insert(self, *, new: NewNotification, now: datetime) -> NotificationRecord: ...
+
+    def get(
+        self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None
+    ) -> NotificationRecord | None: ...
+
+    def get_by_idempotency_key(
+        self, *, client_id: uuid.UUID, idempotency_key: str
+    ) -> NotificationRecord | None: ...
+
+    def list_page(
+        self,
+        *,
+        client_id: uuid.UUID | None,
+        filters: ListFilters,
+        after: ListPosition | None,
+        before: ListPosition | None,
+        limit: int,
+    ) -> ListPage: ...
+
+    def cancel_pending(
+        self, *, notification_id: uuid.UUID, client_id: uuid.UUID, now: datetime
+    ) -> NotificationRecord | None: ...
+
+    def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    notification: NotificationRecord
+    # False when the request replayed an earlier one with the same key (HTTP 200, not 201).
+    created: bool
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    idempotency_key: str
+    request: NotificationRequest
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    http_status: int
+    notification: NotificationRecord | None = None
+    error: DomainError | None = None
+
+
+@dataclass(frozen=True)
+class NotificationListPage:
+    notifications: list[NotificationRecord]
+    next_cursor: str | None
+    previous_cursor: str | None
+
+
+def idempotency_key_problem(key: str | None) -> str | None:
+    """Why `key` cannot be an idempotency key, or None when it can."""
+    if key is None or key == "":
+        return "An idempotency key is required."
+    if len(key) > IDEMPOTENCY_KEY_MAX_LENGTH:
+        return f"At most {IDEMPOTENCY_KEY_MAX_LENGTH} characters."
+    if not all(" " <= char <= "~" for char in key) or not key.strip():
+        return "Only printable ASCII characters, and not only spaces."
+    return None
+
+
+def notification_request_fingerprint(request: NotificationRequest) -> str:
+    """sha256 of the normalised request: equal for a replay, different for any changed field.
+
+    `delay_seconds` is kept as sent (not turned into a time), so a replay a minute later of
+    "in 60 seconds" is still the same request.
+    """
+    canonical = {
+        "channel": request.channel,
+        "recipient": request.recipient,
+        "subject": request.subject,
+        "body": request.body,
+        "priority": request.priority.name,
+        "send_at": None if request.send_at is None else request.send_at.astimezone(UTC).isoformat(),
+        "delay_seconds": request.delay_seconds,
+        "metadata": request.metadata,
+        "template": request.template,
+        "payload": request.payload,
+        "user_id": request.user_id,
+    }
+    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+def notification_send_time(
+    *, send_at: datetime | None, delay_seconds: int | None, now: datetime
+) -> datetime:
+    """When the notification becomes due: a past `send_at` means now."""
+    if delay_seconds is not None:
+        return now + timedelta(seconds=delay_seconds)
+    if send_at is not None:
+        return max(send_at, now)
+    return now
+
+
+def notification_create(
+    *,
+    client_id: uuid.UUID,
+    idempotency_key: str,
+    request: NotificationRequest,
+    now: datetime,
+    repository: NotificationStore | None = None,
+    renderer: TemplateRenderer | None = None,
+    max_pending: int | None = None,
+    max_attempts: int | None = None,
+) -> CreateResult:
+    """Creates the notification, or answers with the one this key already created."""
+    repository = repository or NotificationRepository()
+    new = _notification_prepare(
+        client_id=client_id,
+        idempotency_key=idempotency_key,
+        request=request,
+        renderer=renderer or NoTemplates(),
+        max_attempts=settings.NOTIFYQUEUE_MAX_ATTEMPTS if max_attempts is None else max_attempts,
+        now=now,
+    )
+    # A replay is answered even when the backlog is full; this read is only a shortcut; the
+    # insert below still decides if two requests race past it.
+    existing = repository.get_by_idempotency_key(
+        client_id=client_id, idempotency_key=idempotency_key
+    )
+    if existing is not None:
+        return _replay(existing=existing, fingerprint=new.request_fingerprint)
+    limit = settings.NOTIFYQUEUE_CLIENT_MAX_PENDING if max_pending is None else max_pending
+    client_backlog_check(client_id=client_id, limit=limit, repository=repository)
+    return _insert(new=new, now=now, repository=repository)
+
+
+def notification_batch_create(
+    *,
+    client_id: uuid.UUID,
+    items: Sequence[BatchItem | InvalidRequest],
+    now: datetime,
+    repository: NotificationStore | None = None,
+    renderer: TemplateRenderer | None = None,
+    max_pending: int | None = None,
+    max_attempts: int | None = None,
+) -> list[BatchOutcome]:
+    """Creates each item independently, in order; items that failed validation answer 400.
+
+    The backlog is checked once for the whole batch (429 for all of it), so a batch can take a
+    client at most one batch past its limit.
+    """
+    repository = repository or NotificationRepository()
+    renderer = renderer or NoTemplates()
+    limit = settings.NOTIFYQUEUE_CLIENT_MAX_PENDING if max_pending is None else max_pending
+    attempts = settings.NOTIFYQUEUE_MAX_ATTEMPTS if max_attempts is None else max_attempts
+    client_backlog_check(client_id=client_id, limit=limit, repository=repository)
+    outcomes = []
+    for item in items:
+        if isinstance(item, InvalidRequest):
+            outcomes.append(BatchOutcome(http_status=item.http_status, error=item))
+            continue
+        try:
+            new = _notification_prepare(
+                client_id=client_id,
+                idempotency_key=item.idempotency_key,
+                request=item.request,
+                renderer=renderer,
+                max_attempts=attempts,
+                now=now,
+            )
+            result = _insert(new=new, now=now, repository=repository)
+        except DomainError as error:
+            outcomes.append(BatchOutcome(http_status=error.http_status, error=error))
+            continue
+        outcomes.append(
+            BatchOutcome(
+                http_status=http.HTTP_201_CREATED if result.created else http.HTTP_200_OK,
+                notification=result.notification,
+            )
+        )
+    return outcomes
+
+
+def client_backlog_check(
+    *, client_id: uuid.UUID, limit: int, repository: NotificationStore
+) -> None:
+    """Raises TooManyPending when more than `limit` of the client's notifications are PENDING."""
+    if repository.pending_count(client_id=client_id, limit=limit + 1) > limit:
+        raise TooManyPending(limit=limit)
+
+
+def notification_get(
+    *,
+    notification_id: uuid.UUID,
+    client_id: uuid.UUID,
+    is_operator: bool,
+    repository: NotificationStore | None = None,
+) -> NotificationRecord:
+    """The notification, if the client owns it (an operator may read any)."""
+    repository = repository or NotificationRepository()
+    found = repository.get(
+        notification_id=notification_id, client_id=None if is_operator else client_id
+    )
+    if found is None:
+        raise NotificationNotFound(notification_id)
+    return found
+
+
+def notification_list(
+    *,
+    client_id: uuid.UUID,
+    is_operator: bool,
+    filters: ListFilters,
+    cursor: str | None,
+    page_size: int = PAGE_SIZE_DEFAULT,
+    repository: NotificationStore | None = None,
+) -> NotificationListPage:
+    """One page of the client's notifications (an operator's: everyone's), newest first."""
+    repository = repository or NotificationRepository()
+    direction, position = _cursor_decode(cursor) if cursor else ("next", None)
+    going_back = direction == "previous"
+    page = repository.list_page(
+        client_id=None if is_operator else client_id,
+        filters=filters,
+        after=None if going_back else position,
+        before=position if going_back else None,
+        limit=page_size,
+    )
+    records = page.records
+    if not records:
+        return NotificationListPage(notifications=[], next_cursor=None, previous_cursor=None)
+    more_older = page.has_more if not going_back else True
+    more_newer = page.has_more if going_back else position is not None
+    return NotificationListPage(
+        notifications=records,
+        next_cursor=_cursor_encode("next", records[-1]) if more_older else None,
+        previous_cursor=_cursor_encode("previous", records[0]) if more_newer else None,
+    )
+
+
+def notification_cancel(
+    *,
+    notification_id: uuid.UUID,
+    client_id: uuid.UUID,
+    now: datetime,
+    repository: NotificationStore | None = None,
+) -> NotificationRecord:
+    """Cancels the client's PENDING notification; 409 for any other status, 404 if not theirs."""
+    repository = repository or NotificationRepository()
+    cancelled = repository.cancel_pending(
+        notification_id=notification_id, client_id=client_id, now=now
+    )
+    if cancelled is not None:
+        return cancelled
+    current = repository.get(notification_id=notification_id, client_id=client_id)
+    if current is None:
+        raise NotificationNotFound(notification_id)
+    raise NotificationNotCancellable(
+        f"Only a PENDING notification can be cancelled; this one is {current.status}.",
+        fields={"status": [current.status]},
+    )
+
+
+def _notification_prepare(
+    *,
+    client_id: uuid.UUID,
+    idempotency_key: str,
+    request: NotificationRequest,
+    renderer: TemplateRenderer,
+    max_attempts: int,
+    now: datetime,
+) -> NewNotification:
+    if request.template is not None:
+        content = renderer.render(client_id=client_id, request=request)
+    else:
+        content = RenderedContent(
+            channel=request.channel or "",
+            recipient=request.recipient or "",
+            subject=request.subject,
+            body=request.body or "",
+        )
+    size = len(content.body.encode("utf-8"))
+    if size > MAX_BODY_BYTES:
+        raise InvalidRequest(
+            f"body: {size} bytes of UTF-8; at most {MAX_BODY_BYTES} are allowed.",
+            fields={"body": [f"At most {MAX_BODY_BYTES} bytes of UTF-8 (this one is {size})."]},
+        )
+    send_at = notification_send_time(
+        send_at=request.send_at, delay_seconds=request.delay_seconds, now=now
+    )
+    return NewNotification(
+        client_id=client_id,
+        idempotency_key=idempotency_key,
+        request_fingerprint=notification_request_fingerprint(request),
+        channel=content.channel,
+        recipient=content.recipient,
+        subject=content.subject,
+        body=content.body,
+        priority=request.priority,
+        metadata=request.metadata,
+        user_id=request.user_id,
+        template=request.template,
+        payload=request.payload,
+        fallback_channels=content.fallback_channels,
+        send_at=send_at,
+        due_at=send_at,
+        max_attempts=max_attempts,
+    )
+
+
+def _insert(*, new: NewNotification, now: datetime, repository: NotificationStore) -> CreateResult:
+    try:
+        return CreateResult(notification=repository.insert(new=new, now=now), created=True)
+    except DuplicateRequest as duplicate:
+        return _replay(existing=duplicate.existing, fingerprint=new.request_fingerprint)
+
+
+def _replay(*, existing: NotificationRecord, fingerprint: str) -> CreateResult:
+    if existing.request_fingerprint != fingerprint:
+        raise IdempotencyKeyReused(
+            f"Idempotency key {existing.idempotency_key!r} was already used for a different "
+            f"request (notification {existing.id}).",
+            fields={"idempotency_key": ["Already used for a different request."]},
+        )
+    return CreateResult(notification=existing, created=False)
+
+
+def _cursor_encode(direction: str, record: NotificationRecord) -> str:
+    position = {"d": direction, "t": record.created_at.isoformat(), "i": str(record.id)}
+    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode().rstrip("=")
+
+
+def _cursor_decode(cursor: str) -> tuple[str, ListPosition]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        position = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        direction = position["d"]
+        created_at = datetime.fromisoformat(position["t"])
+        if direction not in {"next", "previous"} or created_at.tzinfo is None:
+            raise ValueError(direction)
+        return direction, ListPosition(created_at=created_at, id=uuid.UUID(position["i"]))
+    except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        message = "Not a cursor this API returned."
+        raise InvalidRequest(f"cursor: {message}", fields={"cursor": [message]}) from exc

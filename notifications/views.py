@@ -1,0 +1,368 @@
+"""HTTP for notifications: parse and validate, call one service, shape the answer."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+from rest_framework.views import APIView
+
+from notifications import services
+from notifications.serializers import (
+    BatchInput,
+    BatchItemInput,
+    BatchOutput,
+    ErrorOutput,
+    NotificationCreateInput,
+    NotificationListFilters,
+    NotificationListOutput,
+    NotificationOutput,
+)
+from notifyqueue.errors import InvalidRequest, error_body
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+NOTIFICATION_ID = OpenApiParameter(
+    "notification_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The notification."
+)
+IDEMPOTENCY_KEY = OpenApiParameter(
+    IDEMPOTENCY_HEADER,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=True,
+    description=(
+        "1-255 printable ASCII characters, scoped to your client. Repeating a request with the "
+        "same key returns the original notification (200); reusing it for a different request "
+        "answers 409."
+    ),
+)
+EXAMPLE_NOTIFICATION = {
+    "id": "3f6c2b0e-8d1a-4c57-9a51-0c4f1d7e2b90",
+    "status": "PENDING",
+    "channel": "email",
+    "recipient": "ada@example.com",
+    "priority": "HIGH",
+    "send_at": "2026-12-01T12:00:00Z",
+    "created_at": "2026-11-30T09:15:02.114Z",
+    "updated_at": "2026-11-30T09:15:02.114Z",
+    "attempt_count": 0,
+    "max_attempts": 6,
+    "last_error": None,
+    "sent_at": None,
+    "idempotency_key": "order-A-17-code",
+    "metadata": {"order": "A-17"},
+    "user_id": None,
+    "template": None,
+    "fallback_channels": [],
+    "operator_retries": 0,
+}
+EXAMPLE_REQUEST = {
+    "channel": "email",
+    "recipient": "ada@example.com",
+    "subject": "Your code",
+    "body": "123456",
+    "priority": "HIGH",
+    "send_at": "2026-12-01T12:00:00Z",
+    "metadata": {"order": "A-17"},
+}
+
+
+def _error_example(name: str, code: str, message: str, fields: dict, http: int) -> OpenApiExample:
+    return OpenApiExample(
+        name, value=error_body(code, message, fields), response_only=True, status_codes=[http]
+    )
+
+
+ERROR_UNAUTHENTICATED = OpenApiResponse(ErrorOutput, description="Missing or wrong API key.")
+ERROR_NOT_FOUND = OpenApiResponse(
+    ErrorOutput, description="No such notification, or it belongs to another client."
+)
+
+
+def _notification_id(raw: str) -> uuid.UUID:
+    """The path's id; anything that is not a UUID cannot name a notification, so 404."""
+    try:
+        return uuid.UUID(raw)
+    except ValueError as exc:
+        raise services.NotificationNotFound(raw) from exc
+
+
+class NotificationCollectionView(APIView):
+    """`POST /notifications` creates; `GET /notifications` lists."""
+
+    @extend_schema(
+        operation_id="notification_create",
+        summary="Schedule a notification",
+        description=(
+            "Give `subject`/`body` (at most 64 KiB of UTF-8) and `send_at` (with an offset) or "
+            "`delay_seconds`, or neither for now. `channel` and `priority` are case-insensitive. "
+            "Unknown fields are rejected with 400, so a misspelt field never goes unnoticed. "
+            "`template` is accepted in the shape but no templates exist yet: 400 "
+            "`unknown_template`."
+        ),
+        parameters=[IDEMPOTENCY_KEY],
+        request=NotificationCreateInput,
+        responses={
+            201: OpenApiResponse(NotificationOutput, description="Created."),
+            200: OpenApiResponse(
+                NotificationOutput, description="A replay: the notification this key created."
+            ),
+            400: OpenApiResponse(ErrorOutput, description="Invalid; nothing was created."),
+            401: ERROR_UNAUTHENTICATED,
+            409: OpenApiResponse(ErrorOutput, description="The key was used for another request."),
+            429: OpenApiResponse(
+                ErrorOutput,
+                description="Your PENDING backlog is over its limit; see Retry-After.",
+            ),
+        },
+        examples=[
+            OpenApiExample("An email for a set time", value=EXAMPLE_REQUEST, request_only=True),
+            OpenApiExample(
+                "An SMS in ten minutes",
+                value={
+                    "channel": "sms",
+                    "recipient": "+447700900123",
+                    "body": "Your table is ready",
+                    "delay_seconds": 600,
+                },
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Created", value=EXAMPLE_NOTIFICATION, response_only=True, status_codes=[201, 200]
+            ),
+            _error_example(
+                "Invalid recipient",
+                "invalid_request",
+                "recipient: Not a valid email address.",
+                {"recipient": ["Not a valid email address."]},
+                400,
+            ),
+            _error_example(
+                "Key reused",
+                "idempotency_key_reused",
+                "Idempotency key 'order-A-17-code' was already used for a different request.",
+                {"idempotency_key": ["Already used for a different request."]},
+                409,
+            ),
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        problem = services.idempotency_key_problem(key)
+        if problem:
+            raise InvalidRequest(
+                f"{IDEMPOTENCY_HEADER}: {problem}", fields={IDEMPOTENCY_HEADER: [problem]}
+            )
+        payload = NotificationCreateInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        result = services.notification_create(
+            client_id=request.user.id,
+            idempotency_key=key,
+            request=payload.to_request(),
+            now=timezone.now(),
+        )
+        return Response(
+            NotificationOutput(result.notification).data,
+            status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(
+        operation_id="notification_list",
+        summary="List notifications, newest first",
+        description=(
+            "Cursor-paginated: follow `next` for older notifications and `previous` for newer "
+            "ones. An operator client sees every client's notifications. Unknown parameters "
+            "and unknown filter values answer 400."
+        ),
+        parameters=[NotificationListFilters],
+        responses={200: NotificationListOutput, 400: ErrorOutput, 401: ERROR_UNAUTHENTICATED},
+        examples=[
+            OpenApiExample(
+                "A page",
+                value={
+                    "next": "http://127.0.0.1:8000/api/v1/notifications?cursor=eyJkIjoi...",
+                    "previous": None,
+                    "results": [EXAMPLE_NOTIFICATION],
+                },
+                response_only=True,
+                status_codes=[200],
+            )
+        ],
+    )
+    def get(self, request: Request) -> Response:
+        query = NotificationListFilters(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        page = services.notification_list(
+            client_id=request.user.id,
+            is_operator=request.user.is_operator,
+            filters=query.to_filters(),
+            cursor=query.validated_data.get("cursor"),
+            page_size=query.validated_data["page_size"],
+        )
+        url = request.build_absolute_uri()
+        body = {
+            "next": page.next_cursor and replace_query_param(url, "cursor", page.next_cursor),
+            "previous": page.previous_cursor
+            and replace_query_param(url, "cursor", page.previous_cursor),
+            "results": page.notifications,
+        }
+        return Response(NotificationListOutput(body).data)
+
+
+class NotificationDetailView(APIView):
+    @extend_schema(
+        operation_id="notification_get",
+        summary="Read one notification",
+        parameters=[NOTIFICATION_ID],
+        responses={200: NotificationOutput, 401: ERROR_UNAUTHENTICATED, 404: ERROR_NOT_FOUND},
+        examples=[
+            OpenApiExample(
+                "Found", value=EXAMPLE_NOTIFICATION, response_only=True, status_codes=[200]
+            )
+        ],
+    )
+    def get(self, request: Request, notification_id: str) -> Response:
+        found = services.notification_get(
+            notification_id=_notification_id(notification_id),
+            client_id=request.user.id,
+            is_operator=request.user.is_operator,
+        )
+        return Response(NotificationOutput(found).data)
+
+
+class NotificationCancelView(APIView):
+    @extend_schema(
+        operation_id="notification_cancel",
+        summary="Cancel a PENDING notification",
+        parameters=[NOTIFICATION_ID],
+        request=None,
+        responses={
+            200: OpenApiResponse(NotificationOutput, description="Now CANCELLED."),
+            401: ERROR_UNAUTHENTICATED,
+            404: ERROR_NOT_FOUND,
+            409: OpenApiResponse(ErrorOutput, description="It was not PENDING; nothing changed."),
+        },
+        examples=[
+            OpenApiExample(
+                "Cancelled",
+                value={**EXAMPLE_NOTIFICATION, "status": "CANCELLED"},
+                response_only=True,
+                status_codes=[200],
+            ),
+            _error_example(
+                "Already sent",
+                "not_cancellable",
+                "Only a PENDING notification can be cancelled; this one is SENT.",
+                {"status": ["SENT"]},
+                409,
+            ),
+        ],
+    )
+    def post(self, request: Request, notification_id: str) -> Response:
+        cancelled = services.notification_cancel(
+            notification_id=_notification_id(notification_id),
+            client_id=request.user.id,
+            now=timezone.now(),
+        )
+        return Response(NotificationOutput(cancelled).data)
+
+
+class NotificationBatchView(APIView):
+    @extend_schema(
+        operation_id="notification_batch_create",
+        summary="Schedule up to 1,000 notifications",
+        description=(
+            "Each item is a create request plus its own `idempotency_key`, and is created (or "
+            "replayed, or refused) on its own: the answer is always 200 with one result per "
+            "item, in order, whose `status` is what a single create would have answered. A bad "
+            "envelope answers 400 and a full backlog 429, for the whole batch."
+        ),
+        request=BatchInput,
+        responses={
+            200: BatchOutput,
+            400: OpenApiResponse(ErrorOutput, description="Not a list of 1 to 1,000 items."),
+            401: ERROR_UNAUTHENTICATED,
+            429: OpenApiResponse(ErrorOutput, description="Backlog over its limit."),
+        },
+        examples=[
+            OpenApiExample(
+                "Two items",
+                value={
+                    "notifications": [
+                        {**EXAMPLE_REQUEST, "idempotency_key": "order-A-17-code"},
+                        {
+                            "channel": "sms",
+                            "recipient": "12345",
+                            "body": "Hi",
+                            "idempotency_key": "order-A-17-sms",
+                        },
+                    ]
+                },
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Results",
+                value={
+                    "results": [
+                        {"status": 201, "notification": EXAMPLE_NOTIFICATION},
+                        {
+                            "status": 400,
+                            "error": error_body(
+                                "invalid_request",
+                                "recipient: An SMS recipient is an E.164 number.",
+                                {"recipient": ["An SMS recipient is an E.164 number."]},
+                            )["error"],
+                        },
+                    ]
+                },
+                response_only=True,
+                status_codes=[200],
+            ),
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        envelope = BatchInput(data=request.data)
+        envelope.is_valid(raise_exception=True)
+        items: list[services.BatchItem | InvalidRequest] = []
+        for raw in envelope.validated_data["notifications"]:
+            item = BatchItemInput(data=raw)
+            if item.is_valid():
+                items.append(
+                    services.BatchItem(
+                        idempotency_key=item.validated_data["idempotency_key"],
+                        request=item.to_request(),
+                    )
+                )
+            else:
+                items.append(_invalid(item))
+        outcomes = services.notification_batch_create(
+            client_id=request.user.id, items=items, now=timezone.now()
+        )
+        return Response({"results": [_batch_result(outcome) for outcome in outcomes]})
+
+
+def _invalid(item: serializers.Serializer) -> InvalidRequest:
+    """The error a single create would have answered for this item."""
+    fields = dict(item.errors)
+    name, messages = next(iter(fields.items()))
+    first = messages[0] if isinstance(messages, list) and messages else messages
+    return InvalidRequest(f"{name}: {first}", fields=fields)
+
+
+def _batch_result(outcome: services.BatchOutcome) -> dict:
+    if outcome.error is not None:
+        error = outcome.error
+        return {
+            "status": outcome.http_status,
+            "error": error_body(error.code, error.message, error.fields)["error"],
+        }
+    return {
+        "status": outcome.http_status,
+        "notification": NotificationOutput(outcome.notification).data,
+    }

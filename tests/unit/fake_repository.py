@@ -1,0 +1,112 @@
+"""An in-memory stand-in for `NotificationRepository`, for service tests without a database.
+
+It keeps the same promises the real one makes: one row per (client, idempotency key), a
+`DuplicateRequest` for the second insert, a cancel that only changes a PENDING row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import datetime
+
+from notifications.models import Status
+from notifications.repositories import (
+    DuplicateRequest,
+    ListFilters,
+    ListPage,
+    ListPosition,
+    NewNotification,
+    NotificationRecord,
+)
+
+
+class InMemoryNotificationRepository:
+    def __init__(self) -> None:
+        self.rows: dict[uuid.UUID, NotificationRecord] = {}
+        self.inserts = 0
+
+    def insert(self, *, new: NewNotification, now: datetime) -> NotificationRecord:
+        existing = self._by_key(new.client_id, new.idempotency_key)
+        if existing is not None:
+            raise DuplicateRequest(existing)
+        record = NotificationRecord(
+            **dataclasses.asdict(new),
+            id=uuid.uuid4(),
+            status=Status.PENDING,
+            attempt_count=0,
+            last_error=None,
+            sent_at=None,
+            operator_retries=0,
+            created_at=now,
+            updated_at=now,
+        )
+        self.rows[record.id] = record
+        self.inserts += 1
+        return record
+
+    def get(
+        self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None
+    ) -> NotificationRecord | None:
+        record = self.rows.get(notification_id)
+        if record is None or (client_id is not None and record.client_id != client_id):
+            return None
+        return record
+
+    def get_by_idempotency_key(
+        self, *, client_id: uuid.UUID, idempotency_key: str
+    ) -> NotificationRecord | None:
+        return self._by_key(client_id, idempotency_key)
+
+    def _by_key(self, client_id: uuid.UUID, idempotency_key: str) -> NotificationRecord | None:
+        # The unique constraint's view of the rows; insert consults it whatever the lookup says.
+        for record in self.rows.values():
+            if record.client_id == client_id and record.idempotency_key == idempotency_key:
+                return record
+        return None
+
+    def list_page(
+        self,
+        *,
+        client_id: uuid.UUID | None,
+        filters: ListFilters,
+        after: ListPosition | None,
+        before: ListPosition | None,
+        limit: int,
+    ) -> ListPage:
+        def key(record: NotificationRecord) -> tuple:
+            return (record.created_at, record.id)
+
+        wanted = {k: v for k, v in dataclasses.asdict(filters).items() if v is not None}
+        rows = [
+            r
+            for r in self.rows.values()
+            if (client_id is None or r.client_id == client_id)
+            and all(getattr(r, name) == value for name, value in wanted.items())
+        ]
+        if before is not None:
+            rows = sorted((r for r in rows if key(r) > (before.created_at, before.id)), key=key)
+            page = rows[:limit]
+            page.reverse()
+        else:
+            if after is not None:
+                rows = [r for r in rows if key(r) < (after.created_at, after.id)]
+            rows = sorted(rows, key=key, reverse=True)
+            page = rows[:limit]
+        return ListPage(records=page, has_more=len(rows) > limit)
+
+    def cancel_pending(
+        self, *, notification_id: uuid.UUID, client_id: uuid.UUID, now: datetime
+    ) -> NotificationRecord | None:
+        record = self.get(notification_id=notification_id, client_id=client_id)
+        if record is None or record.status != Status.PENDING:
+            return None
+        cancelled = dataclasses.replace(record, status=Status.CANCELLED, updated_at=now)
+        self.rows[record.id] = cancelled
+        return cancelled
+
+    def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int:
+        pending = sum(
+            1 for r in self.rows.values() if r.client_id == client_id and r.status == Status.PENDING
+        )
+        return min(pending, limit)
