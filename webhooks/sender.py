@@ -163,6 +163,13 @@ class _PinnedAdapter(HTTPAdapter):
         )
 
 
+def _timed_out(started: float, timeout_s: float) -> PostResult:
+    elapsed = time.monotonic() - started
+    return PostResult(
+        False, False, None, f"timed out after {elapsed:.2f}s (limit {timeout_s:g}s)", elapsed
+    )
+
+
 def webhook_post_to(
     *, url: str, target: WebhookTarget, body: bytes, headers: dict[str, str], timeout_s: float
 ) -> PostResult:
@@ -187,12 +194,13 @@ def webhook_post_to(
                 excerpt = b"" if 200 <= status < 300 else response.raw.read(ERROR_BODY_MAX_BYTES)
         # Reading the raw body raises urllib3's errors, not requests'.
         except (requests.RequestException, HTTPError, OSError) as exc:
-            elapsed = time.monotonic() - started
             if deadline.expired or isinstance(exc, requests.Timeout | TimeoutError):
-                error = f"timed out after {elapsed:.2f}s (limit {timeout_s:g}s)"
-            else:
-                error = f"{type(exc).__name__}: {exc}"
-            return PostResult(False, False, None, error, elapsed)
+                return _timed_out(started, timeout_s)
+            error = f"{type(exc).__name__}: {exc}"
+            return PostResult(False, False, None, error, time.monotonic() - started)
+        if deadline.expired:
+            # A socket shut down mid-headers can still parse as a complete answer; it is not one.
+            return _timed_out(started, timeout_s)
     elapsed = time.monotonic() - started
     if 200 <= status < 300:
         return PostResult(True, False, status, None, elapsed)
