@@ -1,6 +1,7 @@
 """API clients in the admin: their webhook URL is editable; secrets change only by rotation."""
 
 from django.contrib import admin, messages
+from django.db import models
 
 from clients.models import Client
 from webhooks import services as webhook_services
@@ -19,6 +20,8 @@ class ClientAdmin(admin.ModelAdmin):
         "created_at",
     )
     readonly_fields = ("webhook_secret", "previous_webhook_secret_expires_at", "created_at")
+    # A webhook URL typed without a scheme means https (Django 6's default, chosen now).
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     actions = ["rotate_webhook_secret_selected"]
 
     @admin.action(
