@@ -7,6 +7,8 @@ import uuid
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
+from webhooks.targets import webhook_url_validate
+
 
 def webhook_secret_new() -> str:
     """A Standard Webhooks secret: `whsec_` and 24 random bytes in base64."""
@@ -19,8 +21,16 @@ class Client(models.Model):
     is_operator = models.BooleanField(
         default=False, help_text="Operators see every client's notifications and may retry them."
     )
-    webhook_url = models.URLField(max_length=2000, blank=True, default="")
+    webhook_url = models.URLField(
+        max_length=2000, blank=True, default="", validators=[webhook_url_validate]
+    )
     webhook_secret = models.CharField(max_length=100, default=webhook_secret_new)
+    # After a rotation the old secret keeps signing (alongside the new one) until it expires,
+    # so receivers can switch without a gap.
+    previous_webhook_secret = models.CharField(
+        max_length=100, blank=True, default="", db_default=""
+    )
+    previous_webhook_secret_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     # A Client stands in for request.user; DRF's IsAuthenticated asks this.

@@ -125,6 +125,16 @@ NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS = env.float(
 )
 NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS = env.int("NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS", default=10)
 NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = env.bool("NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE", default=False)
+# One webhook POST, connect to last byte, never takes longer than this.
+NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS = env.float("NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+# Events claimed per sender step, and POSTs in flight at once within a step.
+NOTIFYQUEUE_WEBHOOK_BATCH_SIZE = env.int("NOTIFYQUEUE_WEBHOOK_BATCH_SIZE", default=16)
+NOTIFYQUEUE_WEBHOOK_CONCURRENCY = env.int("NOTIFYQUEUE_WEBHOOK_CONCURRENCY", default=8)
+# A webhook claim older than this is given back (its sender died). It must exceed one step's
+# longest run: ceil(BATCH_SIZE / CONCURRENCY) x TIMEOUT.
+NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS = env.float(
+    "NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS", default=60.0
+)
 NOTIFYQUEUE_PROVIDERS = {
     channel: {
         "provider": env.str(f"NOTIFYQUEUE_{channel.upper()}_PROVIDER", default="simulated"),

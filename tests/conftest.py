@@ -38,7 +38,8 @@ def api(acme) -> APIClient:
 def database_url() -> str:
     """A URL for the test database, for subprocesses and extra connections."""
     s = connection.settings_dict
-    host = s["HOST"] or ""
+    # The embedded server's socket directory arrives as OPTIONS["host"], not HOST.
+    host = s["HOST"] or s["OPTIONS"].get("host", "")
     if host.startswith("/"):
         return f"postgresql://{s['USER']}:{s['PASSWORD'] or ''}@/{s['NAME']}?host={host}"
     port = f":{s['PORT']}" if s["PORT"] else ""

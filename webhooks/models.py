@@ -2,7 +2,9 @@
 
 Invariants: an event exists if and only if the status change that caused it committed
 (the insert is part of the finishing statement); `id` is the eventId the receiver sees and
-never changes across redeliveries.
+never changes across redeliveries; a DELIVERING event always names its claim (token and
+expiry) and no other event does; every POST is recorded as one WebhookDeliveryAttempt, opened
+by the claim that started it and finished only by the holder of that claim's token.
 """
 
 import uuid
@@ -39,13 +41,30 @@ class WebhookEvent(models.Model):
     last_error = models.TextField(null=True, blank=True)
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # Operator redeliveries; a database default so the outbox INSERT need not name it.
+    redeliveries = models.PositiveIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField()
 
     class Meta:
         db_table = "webhook_event"
+        permissions = [("redeliver_webhookevent", "Can redeliver webhook events")]
         constraints = [
             models.CheckConstraint(
                 condition=Q(state__in=DeliveryState.values), name="webhook_event_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(
+                        state=DeliveryState.DELIVERING,
+                        claim_token__isnull=False,
+                        claim_expires_at__isnull=False,
+                    )
+                    | (
+                        ~Q(state=DeliveryState.DELIVERING)
+                        & Q(claim_token__isnull=True, claim_expires_at__isnull=True)
+                    )
+                ),
+                name="webhook_event_claim_iff_delivering",
             ),
         ]
         indexes = [
@@ -63,3 +82,43 @@ class WebhookEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.status} for {self.notification_id} [{self.state}]"
+
+
+class AttemptOutcome(models.TextChoices):
+    DELIVERED = "DELIVERED"
+    # Non-2xx answer, timeout or connection error: retried with backoff.
+    TEMPORARY_FAILURE = "TEMPORARY_FAILURE"
+    # The URL is refused (scheme, private address) or missing: retrying cannot help.
+    PERMANENT_FAILURE = "PERMANENT_FAILURE"
+    # The claim expired before the sender reported back (it died or stalled).
+    ABANDONED = "ABANDONED"
+
+
+class WebhookDeliveryAttempt(models.Model):
+    """One POST of one event; `number` counts every attempt the event ever had, from 1."""
+
+    event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="attempts")
+    claim_token = models.UUIDField(unique=True)
+    number = models.PositiveIntegerField()
+    url = models.CharField(max_length=2000)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=24, choices=AttemptOutcome.choices, null=True, blank=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        db_table = "webhook_delivery_attempt"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["event", "number"], name="webhook_delivery_attempt_event_number"
+            ),
+            models.CheckConstraint(
+                condition=Q(outcome__in=AttemptOutcome.values) | Q(outcome__isnull=True),
+                name="webhook_delivery_attempt_outcome_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of event {self.event_id}: {self.outcome or 'running'}"

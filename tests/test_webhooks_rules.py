@@ -1,0 +1,180 @@
+"""Webhook rules that need neither a database nor a network: body, signing, backoff, SSRF."""
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from django.core.exceptions import ValidationError
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from clients.models import webhook_secret_new
+from webhooks.queries import QUERIES, queries_load
+from webhooks.repositories import ClaimedEvent
+from webhooks.services import (
+    webhook_backoff_seconds,
+    webhook_event_body,
+    webhook_signature_headers,
+    webhook_signing_secrets,
+)
+from webhooks.targets import (
+    WebhookTargetRefused,
+    address_refusal,
+    webhook_target_resolve,
+    webhook_url_validate,
+)
+
+NOW = datetime(2026, 9, 24, 12, 1, 3, 654321, tzinfo=UTC)
+
+
+def claimed(**overrides) -> ClaimedEvent:
+    values = {
+        "id": uuid.uuid4(),
+        "claim_token": uuid.uuid4(),
+        "notification_id": uuid.uuid4(),
+        "status": "SENT",
+        "attempt_count": 2,
+        "occurred_at": NOW,
+        "delivery_attempts": 1,
+        "attempt_number": 1,
+        "webhook_url": "https://hooks.example.com/notify",
+        "webhook_secret": webhook_secret_new(),
+        "previous_webhook_secret": "",
+        "previous_webhook_secret_expires_at": None,
+    }
+    return ClaimedEvent(**{**values, **overrides})
+
+
+def test_body_is_exactly_the_contract_fields_with_an_rfc3339_utc_timestamp():
+    # Stored in any offset, reported in UTC with a Z, whole seconds.
+    event = claimed(occurred_at=NOW.astimezone(timezone(timedelta(hours=2))))
+    assert json.loads(webhook_event_body(event)) == {
+        "eventId": str(event.id),
+        "jobId": str(event.notification_id),
+        "status": "SENT",
+        "attemptCount": 2,
+        "timestamp": "2026-09-24T12:01:03Z",
+    }
+
+
+def test_signature_verifies_with_the_standardwebhooks_library():
+    event = claimed()
+    body = webhook_event_body(event)
+    headers = webhook_signature_headers(
+        event_id=event.id, body=body, secrets=[event.webhook_secret], sent_at=datetime.now(UTC)
+    )
+    assert headers["webhook-id"] == str(event.id)
+    assert headers["webhook-signature"].startswith("v1,")
+    assert Webhook(event.webhook_secret).verify(body, headers)["eventId"] == str(event.id)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(webhook_secret_new()).verify(body, headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(event.webhook_secret).verify(body.replace(b"SENT", b"FAIL"), headers)
+
+
+def test_both_secrets_sign_during_the_rotation_overlap_and_only_the_new_one_after():
+    old, new = webhook_secret_new(), webhook_secret_new()
+    event = claimed(
+        webhook_secret=new,
+        previous_webhook_secret=old,
+        previous_webhook_secret_expires_at=NOW + timedelta(hours=24),
+    )
+    assert webhook_signing_secrets(event, now=NOW) == [new, old]
+    assert webhook_signing_secrets(event, now=NOW + timedelta(hours=24)) == [new]
+
+    body = webhook_event_body(event)
+    headers = webhook_signature_headers(
+        event_id=event.id,
+        body=body,
+        secrets=webhook_signing_secrets(event, now=NOW),
+        sent_at=datetime.now(UTC),
+    )
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    Webhook(old).verify(body, headers)
+    Webhook(new).verify(body, headers)
+
+
+@pytest.mark.parametrize("attempt, low, high", [(1, 0.5, 1), (2, 1, 2), (3, 2, 4), (5, 8, 16)])
+def test_backoff_doubles_from_base_with_jitter_inside_the_band(attempt, low, high):
+    def wait(r):
+        return webhook_backoff_seconds(attempt=attempt, base_s=0.5, max_s=60, rng=lambda: r)
+
+    assert wait(0.0) == pytest.approx(low)
+    assert wait(0.999999) == pytest.approx(high, rel=1e-5)
+
+
+def test_backoff_never_exceeds_the_cap_even_after_many_attempts():
+    assert webhook_backoff_seconds(attempt=500, base_s=0.5, max_s=60, rng=lambda: 1.0) == 60
+
+
+@pytest.mark.parametrize(
+    "address, reason",
+    [
+        ("127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("192.168.0.10", "private"),
+        ("172.16.5.5", "private"),
+        ("169.254.169.254", "link-local"),
+        ("224.0.0.1", "multicast"),
+        ("0.0.0.0", "unspecified"),
+        ("240.0.0.1", "reserved"),
+        ("100.64.0.1", "non-global"),
+        ("::1", "loopback"),
+        ("fe80::1", "link-local"),
+        ("fd00::1", "private"),
+        ("ff02::1", "multicast"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("::ffff:10.0.0.1", "private"),
+    ],
+)
+def test_non_public_addresses_are_refused(address, reason):
+    refusal = address_refusal(address)
+    assert refusal is not None and reason in refusal
+
+
+@pytest.mark.parametrize("address", ["93.184.215.14", "8.8.8.8", "2606:4700:4700::1111"])
+def test_public_addresses_are_allowed(address):
+    assert address_refusal(address) is None
+
+
+def test_resolution_refuses_a_loopback_literal_unless_private_is_allowed():
+    with pytest.raises(WebhookTargetRefused, match="loopback"):
+        webhook_target_resolve("http://127.0.0.1:8080/x", allow_private=False)
+    target = webhook_target_resolve("http://127.0.0.1:8080/x", allow_private=True)
+    assert (target.host, target.port, target.address) == ("127.0.0.1", 8080, "127.0.0.1")
+
+
+def test_resolution_refuses_a_name_that_resolves_to_loopback():
+    with pytest.raises(WebhookTargetRefused, match="localhost refused"):
+        webhook_target_resolve("https://localhost/hook", allow_private=False)
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/x", "file:///etc/passwd", "gopher://example.com", "http:///path"]
+)
+def test_resolution_refuses_anything_but_http_with_a_host(url):
+    with pytest.raises(WebhookTargetRefused):
+        webhook_target_resolve(url, allow_private=True)
+
+
+def test_url_validator_refuses_private_literals_and_other_schemes(settings):
+    settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = False
+    for url in ["ftp://example.com/", "http://10.0.0.5/hook", "http://[::1]/", "http://localhost/"]:
+        with pytest.raises(ValidationError):
+            webhook_url_validate(url)
+    webhook_url_validate("https://hooks.example.com/notify")
+    webhook_url_validate("")
+    settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = True
+    webhook_url_validate("http://127.0.0.1:9000/hook")
+
+
+def test_every_query_is_loaded_and_duplicate_names_are_rejected(tmp_path):
+    assert set(QUERIES) == {
+        "webhook_event_claim_due",
+        "webhook_event_finish",
+        "webhook_event_reclaim_expired",
+        "webhook_event_redeliver",
+    }
+    (tmp_path / "a.sql").write_text("-- name: q\nSELECT 1;\n-- name: q\nSELECT 2;\n")
+    with pytest.raises(ValueError, match="defined twice"):
+        queries_load(tmp_path)

@@ -1,0 +1,99 @@
+"""Operators see every webhook event and its attempts, read-only, and may redeliver them."""
+
+from django.contrib import admin, messages
+
+from webhooks import services
+from webhooks.models import WebhookDeliveryAttempt, WebhookEvent
+
+ATTEMPT_FIELDS = (
+    "number",
+    "started_at",
+    "finished_at",
+    "outcome",
+    "status_code",
+    "duration_ms",
+    "error",
+    "url",
+)
+
+
+class WebhookDeliveryAttemptInline(admin.TabularInline):
+    model = WebhookDeliveryAttempt
+    fields = ATTEMPT_FIELDS
+    readonly_fields = ATTEMPT_FIELDS
+    ordering = ("number",)
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(WebhookEvent)
+class WebhookEventAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "client",
+        "notification_id",
+        "status",
+        "state",
+        "delivery_attempts",
+        "last_status_code",
+        "next_attempt_at",
+        "delivered_at",
+    )
+    list_filter = ("state", "status", "client")
+    list_select_related = ("client",)
+    search_fields = ("=notification__id", "=id")
+    search_help_text = "An exact notification id or event id."
+    ordering = ("-created_at",)
+    date_hierarchy = "created_at"
+    readonly_fields = (
+        "id",
+        "client",
+        "notification",
+        "status",
+        "attempt_count",
+        "occurred_at",
+        "state",
+        "delivery_attempts",
+        "redeliveries",
+        "next_attempt_at",
+        "claim_token",
+        "claim_expires_at",
+        "last_status_code",
+        "last_error",
+        "delivered_at",
+        "created_at",
+    )
+    inlines = [WebhookDeliveryAttemptInline]
+    actions = ["redeliver_selected"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Events change only through the sender and the redeliver action.
+        return False
+
+    def has_redeliver_permission(self, request) -> bool:
+        return request.user.has_perm("webhooks.redeliver_webhookevent")
+
+    @admin.action(
+        description="Redeliver selected events (delivered or failed)", permissions=["redeliver"]
+    )
+    def redeliver_selected(self, request, queryset):
+        selected = list(queryset.values_list("id", flat=True))
+        queued = set(services.webhook_events_redeliver(event_ids=selected))
+        for event in queryset.filter(id__in=queued):
+            self.log_change(request, event, "Queued for redelivery with a fresh set of attempts.")
+        skipped = len(selected) - len(queued)
+        self.message_user(
+            request,
+            f"{len(queued)} event(s) queued for redelivery; "
+            f"{skipped} skipped (still pending or being delivered).",
+            messages.SUCCESS if queued else messages.WARNING,
+        )

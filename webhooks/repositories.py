@@ -1,0 +1,129 @@
+"""The only code that reads or writes webhook events, their attempts and webhook secrets.
+
+Invariants protected here:
+- an event is claimed by one sender at a time (FOR UPDATE SKIP LOCKED in one statement that
+  commits before any HTTP call, so no row lock is held while posting);
+- a claim is ended only by the holder of its token while the event is DELIVERING; zero rows
+  changed means the claim was taken over, and the late result is dropped;
+- nothing here writes the notification table: a webhook can never change a notification.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.db.models import F
+
+from clients.models import Client
+from webhooks.queries import QUERIES
+
+
+@dataclass(frozen=True)
+class ClaimedEvent:
+    id: uuid.UUID
+    claim_token: uuid.UUID
+    notification_id: uuid.UUID
+    status: str
+    attempt_count: int
+    occurred_at: datetime
+    delivery_attempts: int
+    """Attempts in this round, this one included (reset by an operator redelivery)."""
+    attempt_number: int
+    """Attempts the event has ever had, this one included."""
+    webhook_url: str
+    webhook_secret: str
+    previous_webhook_secret: str
+    previous_webhook_secret_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ReclaimedEvent:
+    id: uuid.UUID
+    state: str
+
+
+def _fetch(query: str, params: dict) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(QUERIES[query], params)
+        return cursor.fetchall()
+
+
+def webhook_events_claim_due(
+    *, now: datetime, limit: int, claim_timeout_s: float
+) -> list[ClaimedEvent]:
+    """Claims up to `limit` due PENDING events; the claim is committed when this returns."""
+    with transaction.atomic():
+        rows = _fetch(
+            "webhook_event_claim_due",
+            {"now": now, "limit": limit, "claim_timeout_s": claim_timeout_s},
+        )
+    return [ClaimedEvent(*row) for row in rows]
+
+
+def webhook_event_finish(
+    *,
+    event_id: uuid.UUID,
+    claim_token: uuid.UUID,
+    state: str,
+    outcome: str,
+    finished_at: datetime,
+    next_attempt_at: datetime | None,
+    status_code: int | None,
+    error: str | None,
+    duration_ms: int,
+) -> bool:
+    """Ends the claim and its attempt row; False when the claim is no longer ours."""
+    with transaction.atomic():
+        rows = _fetch(
+            "webhook_event_finish",
+            {
+                "event_id": event_id,
+                "claim_token": claim_token,
+                "state": state,
+                "outcome": outcome,
+                "finished_at": finished_at,
+                "next_attempt_at": next_attempt_at,
+                "status_code": status_code,
+                "error": error,
+                "duration_ms": duration_ms,
+            },
+        )
+    return bool(rows)
+
+
+def webhook_events_reclaim_expired(
+    *, now: datetime, limit: int, max_attempts: int
+) -> list[ReclaimedEvent]:
+    """Returns expired DELIVERING claims to PENDING (or FAILED on their last attempt)."""
+    with transaction.atomic():
+        rows = _fetch(
+            "webhook_event_reclaim_expired",
+            {"now": now, "limit": limit, "max_attempts": max_attempts},
+        )
+    return [ReclaimedEvent(*row) for row in rows]
+
+
+def webhook_events_redeliver(*, event_ids: list[uuid.UUID], now: datetime) -> list[uuid.UUID]:
+    """Makes the DELIVERED or FAILED events among `event_ids` due again; returns their ids."""
+    with transaction.atomic():
+        rows = _fetch("webhook_event_redeliver", {"event_ids": list(event_ids), "now": now})
+    return [row[0] for row in rows]
+
+
+def client_webhook_secret_replace(
+    *, client_id: uuid.UUID, new_secret: str, previous_expires_at: datetime
+) -> bool:
+    """Makes `new_secret` current and keeps the old one until `previous_expires_at`.
+
+    One UPDATE, so the old secret is read and moved atomically even if two operators rotate
+    at once. False when there is no such client.
+    """
+    changed = Client.objects.filter(id=client_id).update(
+        previous_webhook_secret=F("webhook_secret"),
+        previous_webhook_secret_expires_at=previous_expires_at,
+        webhook_secret=new_secret,
+    )
+    return changed == 1
