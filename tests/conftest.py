@@ -38,8 +38,7 @@ def api(acme) -> APIClient:
 def database_url() -> str:
     """A URL for the test database, for subprocesses and extra connections."""
     s = connection.settings_dict
-    # The embedded server's socket directory arrives as OPTIONS["host"], not HOST.
-    host = s["HOST"] or s["OPTIONS"].get("host", "")
+    host = s["HOST"]
     if host.startswith("/"):
         return f"postgresql://{s['USER']}:{s['PASSWORD'] or ''}@/{s['NAME']}?host={host}"
     port = f":{s['PORT']}" if s["PORT"] else ""

@@ -183,7 +183,9 @@ def test_a_crash_on_the_last_attempt_gets_one_final_resend_then_dead_letters():
 
 @pytest.mark.django_db
 def test_claim_plan_reads_the_partial_pending_index():
-    client = ClientFactory()
+    """40,000 rows from four clients, one in ten still waiting: the claim reads the claim
+    index's due range per priority, never the whole table."""
+    clients = [ClientFactory().id for _ in range(4)]
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -191,12 +193,13 @@ def test_claim_plan_reads_the_partial_pending_index():
                 channel, recipient, subject, body, priority, metadata, fallback_channels,
                 status, send_at, due_at, attempt_count, max_attempts, operator_retries,
                 created_at, updated_at)
-            SELECT gen_random_uuid(), %s, 'k' || g, '', 'email', 'a@example.com', '', 'b',
-                2, '{}', '[]', CASE WHEN g %% 100 = 0 THEN 'PENDING' ELSE 'SENT' END,
+            SELECT gen_random_uuid(), (%s::uuid[])[1 + g %% 4], 'k' || g, '', 'email',
+                'a@example.com', '', 'b', g %% 4, '{}', '[]',
+                CASE WHEN g %% 10 = 0 THEN 'PENDING' ELSE 'SENT' END,
                 now(), now(), 1, 6, 0, now(), now()
-            FROM generate_series(1, 20000) AS g
+            FROM generate_series(1, 40000) AS g
             """,
-            [client.id],
+            [clients],
         )
         cursor.execute("ANALYZE notification")
         cursor.execute(
@@ -204,5 +207,5 @@ def test_claim_plan_reads_the_partial_pending_index():
             {"worker": "w", "limit": 100, "now": timezone.now(), "claim_timeout_s": 30},
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "notification_pending_claim" in plan, plan
+    assert "Index Scan using notification_pending_claim" in plan, plan
     assert "Seq Scan on notification" not in plan, plan
