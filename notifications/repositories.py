@@ -25,22 +25,10 @@ from django.db.models.expressions import RawSQL
 
 from notifications.models import Notification, Priority
 from notifyqueue.errors import InvalidRequest
+from notifyqueue.sqlfile import queries_load
 
 SQL_FILE = Path(__file__).resolve().parent / "sql" / "notifications.sql"
 JSON_COLUMNS = ("metadata", "payload", "fallback_channels")
-
-
-def queries_load(path: Path) -> dict[str, str]:
-    """Splits a `.sql` file into named statements at each `-- name: <name>` header."""
-    queries: dict[str, str] = {}
-    name: str | None = None
-    for line in path.read_text().splitlines():
-        if line.startswith("-- name:"):
-            name = line.removeprefix("-- name:").strip()
-            queries[name] = ""
-        elif name is not None:
-            queries[name] += line + "\n"
-    return {key: sql.strip().rstrip(";") for key, sql in queries.items()}
 
 
 QUERIES = queries_load(SQL_FILE)

@@ -16,7 +16,7 @@ from tests.webhook_factories import WebhookEventFactory
 from tests.webhook_receiver import Reply, WebhookReceiver
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState, WebhookEvent
-from webhooks.queries import QUERIES
+from webhooks.repositories import QUERIES
 from webhooks.sender import webhook_post_to
 from webhooks.services import (
     client_webhook_secret_rotate,

@@ -13,12 +13,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from django.db import connection, transaction
 from django.db.models import F
 
 from clients.models import Client
-from webhooks.queries import QUERIES
+from notifyqueue.sqlfile import queries_load
+
+QUERIES = queries_load(Path(__file__).with_name("sql") / "webhook_events.sql")
 
 
 @dataclass(frozen=True)
