@@ -259,3 +259,37 @@ def test_concurrency_is_the_number_of_deliveries_in_flight_at_once():
         server.close()
     assert Notification.objects.filter(status=Status.SENT).count() == 8
     assert peak[0] == 4  # overlapped, never more than --concurrency
+
+
+def test_a_stuck_webhook_receiver_does_not_hold_up_notification_delivery(settings):
+    from tests.webhook_receiver import Reply, WebhookReceiver
+    from webhooks.worker import WebhookSender
+
+    settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = True
+    settings.NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS = 30
+    held = threading.Event()
+    with WebhookReceiver(default=Reply(hold=held)) as receiver:
+        client = ClientFactory(webhook_url=receiver.url)
+        first = NotificationFactory(client=client)
+        sender = WebhookSender(poll_interval_s=0.05, reclaim_interval_s=5)
+        sender.start()
+        worker = worker_build(concurrency=2, batch_size=5)
+        try:
+            worker.run(until_empty=True)  # delivers `first`; its webhook is now being posted
+            receiver.wait_for(1)
+            later = NotificationFactory.create_batch(10, client=client)
+            worker = worker_build(concurrency=2, batch_size=5)
+            worker.run(until_empty=True)
+            statuses = set(
+                Notification.objects.filter(id__in=[n.id for n in later]).values_list(
+                    "status", flat=True
+                )
+            )
+            assert statuses == {Status.SENT}
+            assert len(receiver.requests) == 1  # the first POST is still hanging
+        finally:
+            held.set()
+            sender.stop()
+            sender.join()
+    first.refresh_from_db()
+    assert first.status == Status.SENT

@@ -123,3 +123,49 @@ def test_sigterm_gives_back_unstarted_claims_and_finishes_the_one_in_flight(prov
     assert {n.id for n in notifications} == set(
         DeliveryAttempt.objects.values_list("notification_id", flat=True)
     )
+
+
+def test_run_worker_posts_one_signed_webhook_per_final_status(database_url):
+    import json
+
+    from standardwebhooks.webhooks import Webhook
+
+    from tests.webhook_receiver import WebhookReceiver
+
+    with WebhookReceiver() as receiver:
+        client = ClientFactory(webhook_url=receiver.url)
+        sent = NotificationFactory(client=client, recipient="ada@example.com")
+        failed = NotificationFactory(client=client, recipient="permanent-failure@example.com")
+        dead = NotificationFactory(
+            client=client, recipient="temporary-failure@example.com", max_attempts=1
+        )
+        worker = subprocess.run(
+            [sys.executable, "manage.py", "run_worker", "--until-empty"],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "DATABASE_URL": database_url,
+                "NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE": "true",
+                "NOTIFYQUEUE_POLL_INTERVAL_SECONDS": "0.1",
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert worker.returncode == 0, worker.stderr
+        requests = receiver.wait_for(3)
+
+    verifier = Webhook(client.webhook_secret)
+    bodies = {}
+    for request in requests:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        payload = verifier.verify(request.body, headers)  # raises if the signature is wrong
+        assert headers["webhook-id"] == payload["eventId"]
+        bodies[payload["jobId"]] = json.loads(request.body)
+    assert {job: body["status"] for job, body in bodies.items()} == {
+        str(sent.id): "SENT",
+        str(failed.id): "FAILED",
+        str(dead.id): "DEAD_LETTERED",
+    }
+    assert set(bodies[str(sent.id)]) == {"eventId", "jobId", "status", "attemptCount", "timestamp"}
+    assert bodies[str(dead.id)]["attemptCount"] == 1

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from delivery.providers import providers_from_settings
 from delivery.services import RetryPolicy
 from delivery.worker import Worker, WorkerConfig
+from webhooks.worker import WebhookSender
 
 
 def positive_int(value: str) -> int:
@@ -49,10 +50,25 @@ class Command(BaseCommand):
                 max_s=settings.NOTIFYQUEUE_BACKOFF_MAX_SECONDS,
             ),
         )
+        webhooks = WebhookSender(
+            poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
+            reclaim_interval_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,
+        )
+
+        def stop(*_):
+            worker.stop()
+            webhooks.stop()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: worker.stop())
+            signal.signal(sig, stop)
         self.stderr.write(
             f"worker {worker.worker_id} started: concurrency={concurrency} batch={batch_size}"
         )
-        worker.run(until_empty=until_empty)
+        webhooks.start()
+        try:
+            worker.run(until_empty=until_empty)
+        finally:
+            # After --until-empty, deliver the webhooks that run produced before exiting.
+            webhooks.stop(drain=until_empty)
+            webhooks.join()
         self.stderr.write(f"worker {worker.worker_id} stopped: delivered={worker.delivered}")
