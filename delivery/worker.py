@@ -28,6 +28,8 @@ from delivery.models import Outcome
 from delivery.providers.base import Message, Provider, TemporaryFailure
 from delivery.repositories import Claim, DeliveryRepository, Finish
 from delivery.services import RetryPolicy, attempt_finish, claim_release
+from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
+from ratelimits.services import RateLimit, recipient_admit
 
 log = logging.getLogger("notifyqueue.delivery")
 
@@ -52,15 +54,18 @@ class WorkerConfig:
     claim_timeout_s: float = 300.0
     poll_interval_s: float = 1.0
     heartbeat_s: float = 5.0
+    # None switches the per-recipient limit off (tests of other behaviour use this).
+    rate_limit: RateLimit | None = None
 
 
 class DeliveryPool:
     """`size` threads that each deliver one claim at a time, fed from a queue."""
 
-    def __init__(self, size: int, deliver: Callable[[Claim], Finish]) -> None:
+    def __init__(self, size: int, deliver: Callable[[Claim], Finish | None]) -> None:
         self._deliver = deliver
         self._tasks: queue.Queue[Claim | None] = queue.Queue()
-        self._done: queue.Queue[Finish] = queue.Queue()
+        # None: the delivery already settled its row itself (a rate-limit deferral).
+        self._done: queue.Queue[Finish | None] = queue.Queue()
         self.outstanding = 0
         self._threads = [
             threading.Thread(target=self._run, name=f"delivery-{i}", daemon=True)
@@ -76,16 +81,16 @@ class DeliveryPool:
 
     def results(self, wait_s: float = 0.0) -> list[Finish]:
         """Finished deliveries; waits up to `wait_s` for the first one when none is ready."""
-        finishes: list[Finish] = []
+        done: list[Finish | None] = []
         try:
             if wait_s > 0 and self.outstanding:
-                finishes.append(self._done.get(timeout=wait_s))
+                done.append(self._done.get(timeout=wait_s))
             while True:
-                finishes.append(self._done.get_nowait())
+                done.append(self._done.get_nowait())
         except queue.Empty:
             pass
-        self.outstanding -= len(finishes)
-        return finishes
+        self.outstanding -= len(done)
+        return [finish for finish in done if finish is not None]
 
     def unstarted(self) -> list[Claim]:
         """Takes back every claim no thread has picked up yet."""
@@ -137,6 +142,7 @@ class Worker:
         self.repository = repository or DeliveryRepository()
         self.clock = clock or timezone.now
         self.rng = rng or random.Random()
+        self.rate_limits = RateLimitRepository()
         self.delivered = 0
         self._stopping = threading.Event()
         self._pool = DeliveryPool(config.concurrency, self._deliver)
@@ -161,7 +167,10 @@ class Worker:
 
     def reclaim_expired(self) -> int:
         """Returns expired claims of dead or stalled workers to the queue."""
-        reclaimed = self.repository.notification_reclaim_expired(now=self.clock())
+        now = self.clock()
+        reclaimed = self.repository.notification_reclaim_expired(now=now)
+        if self.config.rate_limit:
+            self.rate_limits.ratelimit_prune(now=now, window_s=self.config.rate_limit.window_s)
         for row in reclaimed:
             log.warning(
                 "claim expired notification=%s status=%s worker=%s",
@@ -233,7 +242,27 @@ class Worker:
 
     # --- delivery (runs on pool threads) ---------------------------------------------------
 
-    def _deliver(self, claim: Claim) -> Finish:
+    def _deliver(self, claim: Claim) -> Finish | None:
+        if self.config.rate_limit:
+            admission = recipient_admit(
+                claim,
+                rate_limit=self.config.rate_limit,
+                now=self.clock(),
+                repository=self.rate_limits,
+            )
+            if not isinstance(admission, Admitted):
+                if isinstance(admission, Deferred):
+                    log.info(
+                        "rate limited notification=%s client=%s channel=%s attempt=%d "
+                        "outcome=RATE_LIMITED status=PENDING due_at=%s worker=%s",
+                        claim.id,
+                        claim.client_id,
+                        claim.channel,
+                        claim.attempt_count,
+                        admission.due_at.isoformat(),
+                        self.worker_id,
+                    )
+                return None
         provider = self.providers[claim.channel]
         message = Message(
             notification_id=claim.id,

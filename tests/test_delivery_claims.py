@@ -209,3 +209,21 @@ def test_claim_plan_reads_the_partial_pending_index():
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using notification_pending_claim" in plan, plan
     assert "Seq Scan on notification" not in plan, plan
+
+
+def bulk_insert_pending(*, client_id, recipient: str, count: int, now) -> None:
+    """Inserts `count` due PENDING rows for one recipient with a single statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                channel, recipient, subject, body, priority, metadata, fallback_channels,
+                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                created_at, updated_at)
+            SELECT gen_random_uuid(), %(client)s, 'bulk-' || g, '', 'email', %(recipient)s,
+                '', 'b', 2, '{}', '[]', 'PENDING', %(now)s, %(now)s, 0, 6, 0,
+                %(now)s + g * interval '1 microsecond', %(now)s
+            FROM generate_series(1, %(count)s) AS g
+            """,
+            {"client": client_id, "recipient": recipient, "count": count, "now": now},
+        )

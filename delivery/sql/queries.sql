@@ -76,6 +76,12 @@ WITH result AS (
         provider_message_id = f.message_id
     FROM finished AS f
     WHERE a.claim_token = f.claim_token
+), uncounted AS (
+    -- Only deliveries count against a recipient's rate limit: a failed attempt frees the
+    -- slot it was admitted to.
+    DELETE FROM ratelimit_delivery AS d
+    USING finished AS f
+    WHERE d.claim_token = f.claim_token AND f.status <> 'SENT'
 ), inbox AS (
     INSERT INTO inbox_message (id, client_id, user_id, notification_id, subject, body, metadata,
                                created_at)

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from delivery.providers import providers_from_settings
 from delivery.services import RetryPolicy
 from delivery.worker import Worker, WorkerConfig
+from ratelimits.services import RateLimit
 from webhooks.worker import WebhookSender
 
 
@@ -44,6 +45,10 @@ class Command(BaseCommand):
                 claim_timeout_s=settings.NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS,
                 poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
                 heartbeat_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,
+                rate_limit=RateLimit(
+                    limit=settings.NOTIFYQUEUE_RATE_LIMIT,
+                    window_s=settings.NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS,
+                ),
             ),
             policy=RetryPolicy(
                 base_s=settings.NOTIFYQUEUE_BACKOFF_BASE_SECONDS,

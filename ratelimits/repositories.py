@@ -1,0 +1,82 @@
+"""The rolling-window rate limit's database access: the only code that runs
+`ratelimits/sql/ratelimits.sql`.
+
+Invariants protected here:
+- a recipient's check-and-record is serialised by a transaction-level advisory lock on the
+  recipient, so two workers cannot both take its last slot;
+- a deferred notification goes back to PENDING with its attempt returned, due when a slot
+  frees, and only if the caller still holds its claim.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from django.db import connection, transaction
+
+from notifyqueue.sqlfile import queries_load
+
+SQL = queries_load(Path(__file__).with_name("sql") / "ratelimits.sql")
+
+
+@dataclass(frozen=True)
+class Admitted:
+    pass
+
+
+@dataclass(frozen=True)
+class Deferred:
+    due_at: datetime
+
+
+@dataclass(frozen=True)
+class ClaimLost:
+    """The claim expired and was taken over while waiting for the lock: do nothing."""
+
+
+Admission = Admitted | Deferred | ClaimLost
+
+
+class RateLimitRepository:
+    def recipient_admit(
+        self,
+        *,
+        recipient: str,
+        notification_id: uuid.UUID,
+        claim_token: uuid.UUID,
+        critical: bool,
+        now: datetime,
+        limit: int,
+        window_s: float,
+    ) -> Admission:
+        """Records a delivery for the recipient if it has a slot (CRITICAL always has one);
+        otherwise defers the notification to the moment a slot frees."""
+        params = {
+            "recipient": recipient,
+            "notification_id": notification_id,
+            "claim_token": claim_token,
+            "now": now,
+            "limit": limit,
+            "window_s": window_s,
+        }
+        with transaction.atomic(), connection.cursor() as cursor:
+            if not critical:
+                cursor.execute(SQL["ratelimit_lock"], params)
+                cursor.execute(SQL["ratelimit_count"], params)
+                (count,) = cursor.fetchone()
+                if count >= limit:
+                    cursor.execute(SQL["ratelimit_defer"], params)
+                    row = cursor.fetchone()
+                    return Deferred(row[0]) if row else ClaimLost()
+            cursor.execute(SQL["ratelimit_record"], params)
+            return Admitted()
+
+    def ratelimit_prune(self, *, now: datetime, window_s: float, limit: int = 10_000) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                SQL["ratelimit_prune"], {"now": now, "window_s": window_s, "limit": limit}
+            )
+            return cursor.rowcount
