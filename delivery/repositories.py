@@ -9,6 +9,7 @@ Invariants protected here:
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -79,7 +80,8 @@ class DeliveryRepository:
             now=now,
             claim_timeout_s=claim_timeout_s,
         )
-        return [Claim(*row) for row in rows]
+        # Django's cursor hands jsonb back as text (its JSONField decodes it); decode here.
+        return [Claim(*row[:7], json.loads(row[7]), *row[8:]) for row in rows]
 
     def notification_finish(self, finishes: list[Finish], *, now: datetime) -> dict[uuid.UUID, str]:
         """Applies results; returns the rows it changed. A stale token is simply absent."""

@@ -200,7 +200,9 @@ def test_two_workers_racing_for_the_last_slot_send_once(clock):
             RecipientDelivery.objects.create(
                 recipient=recipient, at=clock.now, notification=n, claim_token=n.id
             )
-        NotificationFactory.create_batch(2, client=client, recipient=recipient)
+        NotificationFactory.create_batch(
+            2, client=client, recipient=recipient, send_at=clock.now, due_at=clock.now
+        )
         claims = repo.notification_claim_due(worker="w", limit=2, now=clock.now, claim_timeout_s=30)
         assert len(claims) == 2
 

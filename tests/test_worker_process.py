@@ -60,7 +60,7 @@ def wait_for(predicate, timeout_s: float = 10.0, what: str = "condition"):
 def test_worker_killed_after_the_provider_accepted_is_sent_once_after_its_claim_expires(
     provider, database_url
 ):
-    notification = NotificationFactory(client=ClientFactory())
+    notification = NotificationFactory(client=ClientFactory(), metadata={"order": "A-17"})
     provider.hold = True  # the provider accepts, then the worker dies before hearing back
     first = worker_process(
         database_url, provider.url, "--concurrency", "1", NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS="1"
@@ -89,6 +89,14 @@ def test_worker_killed_after_the_provider_accepted_is_sent_once_after_its_claim_
     assert (notification.status, notification.attempt_count) == (Status.SENT, 2)
     key = f"{notification.id}:email"
     assert [call.key for call in provider.calls] == [key, key]  # the same key both times
+    assert provider.calls[0].body == {
+        "id": str(notification.id),
+        "channel": "email",
+        "recipient": notification.recipient,
+        "subject": notification.subject,
+        "body": notification.body,
+        "metadata": {"order": "A-17"},
+    }
     assert len(provider.sent) == 1  # so the provider sent the message once
     attempts = list(DeliveryAttempt.objects.filter(notification=notification).order_by("number"))
     assert [a.outcome for a in attempts] == [Outcome.ABANDONED, Outcome.SENT]
