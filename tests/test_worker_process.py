@@ -34,6 +34,7 @@ def worker_process(database_url: str, provider_url: str, *args: str, **env: str)
         "DATABASE_URL": database_url,
         "NOTIFYQUEUE_EMAIL_PROVIDER": "http",
         "NOTIFYQUEUE_EMAIL_PROVIDER_URL": provider_url,
+        "NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE": "true",
         "NOTIFYQUEUE_POLL_INTERVAL_SECONDS": "0.1",
         "NOTIFYQUEUE_HEARTBEAT_SECONDS": "0.2",
         **env,
@@ -177,3 +178,17 @@ def test_run_worker_posts_one_signed_webhook_per_final_status(database_url):
     }
     assert set(bodies[str(sent.id)]) == {"eventId", "jobId", "status", "attemptCount", "timestamp"}
     assert bodies[str(dead.id)]["attemptCount"] == 1
+
+
+def test_run_worker_refuses_a_loopback_provider_url_unless_private_targets_are_allowed(
+    database_url,
+):
+    worker = worker_process(
+        database_url,
+        "http://127.0.0.1:9/send",
+        "--until-empty",
+        NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE="false",
+    )
+    output, _ = worker.communicate(timeout=30)
+    assert worker.returncode != 0
+    assert "NOTIFYQUEUE_EMAIL_PROVIDER_URL" in output and "loopback" in output
