@@ -46,7 +46,7 @@ FROM generate_series(1, %s) AS g
 def reset(count: int) -> Client:
     client, _ = Client.objects.get_or_create(name="bench")
     with connection.cursor() as cursor:
-        for table in ("webhook_event", "delivery_attempt", "inbox_message"):
+        for table in ("webhook_event", "delivery_attempt", "inbox_message", "ratelimit_delivery"):
             cursor.execute(
                 f"DELETE FROM {table} WHERE notification_id IN "
                 "(SELECT id FROM notification WHERE client_id = %s)",
