@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from delivery.models import Outcome
 from delivery.providers.base import Message, Provider, TemporaryFailure
@@ -144,6 +144,8 @@ class Worker:
         self.rng = rng or random.Random()
         self.rate_limits = RateLimitRepository()
         self.delivered = 0
+        self._unrecorded: list[Finish] = []
+        self._next_maintenance = 0.0
         self._stopping = threading.Event()
         self._pool = DeliveryPool(config.concurrency, self._deliver)
 
@@ -197,27 +199,43 @@ class Worker:
 
     def run(self, *, until_empty: bool = False) -> None:
         """Runs until `stop()` (or, with `until_empty`, until nothing is due or in flight);
-        then gives back unstarted claims, finishes in-flight deliveries and returns."""
+        then gives back unstarted claims, finishes in-flight deliveries and returns. A lost
+        database connection is logged and retried, never fatal."""
         listener = WakeupListener()
-        next_maintenance = 0.0
+        self._next_maintenance = 0.0
         try:
             while not self._stopping.is_set():
-                if time.monotonic() >= next_maintenance:
-                    self.heartbeat()
-                    self.reclaim_expired()
-                    next_maintenance = time.monotonic() + self.config.heartbeat_s
-                step = self.run_once()
-                if step.claimed or step.finished:
-                    continue
-                if step.in_flight:
-                    self._record(self._pool.results(wait_s=0.05))
-                    continue
-                if until_empty and not self.reclaim_expired():
-                    break
-                listener.wait(self._idle_wait_s(), interrupt=self._stopping)
+                try:
+                    if not self._loop_once(listener, until_empty=until_empty):
+                        break
+                except DatabaseError:
+                    log.exception(
+                        "database error worker=%s; retrying in %.1fs",
+                        self.worker_id,
+                        self.config.poll_interval_s,
+                    )
+                    connection.close()
+                    self._stopping.wait(self.config.poll_interval_s)
         finally:
             self._shutdown()
             listener.close()
+
+    def _loop_once(self, listener: WakeupListener, *, until_empty: bool) -> bool:
+        """One turn of the loop; False once `until_empty` finds nothing left to do."""
+        if time.monotonic() >= self._next_maintenance:
+            self.heartbeat()
+            self.reclaim_expired()
+            self._next_maintenance = time.monotonic() + self.config.heartbeat_s
+        step = self.run_once()
+        if step.claimed or step.finished:
+            return True
+        if step.in_flight:
+            self._record(self._pool.results(wait_s=0.05))
+            return True
+        if until_empty and not self._unrecorded and not self.reclaim_expired():
+            return False
+        listener.wait(self._idle_wait_s(), interrupt=self._stopping)
+        return True
 
     def _idle_wait_s(self) -> float:
         """Sleeps until the next row is due, but never longer than the poll interval, so a
@@ -230,13 +248,23 @@ class Worker:
 
     def _shutdown(self) -> None:
         released = [claim_release(claim) for claim in self._pool.unstarted()]
-        self._record(released)
-        while self._pool.outstanding:
-            self._record(self._pool.results(wait_s=0.1))
-        self._pool.close()
-        self.repository.worker_stopped(
-            worker=self.worker_id, now=self.clock(), delivered=self.delivered
-        )
+        try:
+            self._record(released)  # at once: another worker may take them meanwhile
+            while self._pool.outstanding:
+                self._record(self._pool.results(wait_s=0.1))
+            self.repository.worker_stopped(
+                worker=self.worker_id, now=self.clock(), delivered=self.delivered
+            )
+        except DatabaseError:
+            # The claims stay PROCESSING until they expire; another worker then re-sends them
+            # with the same idempotency keys, so nothing is lost or sent twice.
+            log.exception(
+                "could not record %d results at shutdown worker=%s",
+                len(self._unrecorded),
+                self.worker_id,
+            )
+        finally:
+            self._pool.close()
         if released:
             log.info("released %d unstarted claims worker=%s", len(released), self.worker_id)
 
@@ -292,9 +320,16 @@ class Worker:
         return finish
 
     def _record(self, finishes: list[Finish]) -> int:
+        """Applies results in one statement. If the database is unreachable they are kept and
+        applied with the next batch."""
+        finishes, self._unrecorded = self._unrecorded + finishes, []
         if not finishes:
             return 0
-        applied = self.repository.notification_finish(finishes, now=self.clock())
+        try:
+            applied = self.repository.notification_finish(finishes, now=self.clock())
+        except DatabaseError:
+            self._unrecorded = finishes
+            raise
         for finish in finishes:
             if finish.id not in applied:
                 log.warning(

@@ -293,3 +293,35 @@ def test_a_stuck_webhook_receiver_does_not_hold_up_notification_delivery(setting
             sender.join()
     first.refresh_from_db()
     assert first.status == Status.SENT
+
+
+def test_worker_survives_losing_its_database_connections():
+    """Every connection of the worker is terminated while it idles; it logs, reconnects and
+    delivers what arrives next."""
+    from django.db import connection
+
+    worker = worker_build(concurrency=2)
+    thread = threading.Thread(target=lambda: (worker.run(), connections.close_all()))
+    thread.start()
+    try:
+        first = NotificationFactory()
+        deadline = time.monotonic() + 10
+        while Notification.objects.get(id=first.id).status != Status.SENT:
+            assert time.monotonic() < deadline, "first notification never sent"
+            time.sleep(0.02)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            (terminated,) = cursor.fetchone()
+        assert terminated >= 2  # the worker's own connection and its listener at least
+        second = NotificationFactory()
+        deadline = time.monotonic() + 10
+        while Notification.objects.get(id=second.id).status != Status.SENT:
+            assert time.monotonic() < deadline, "worker did not recover"
+            time.sleep(0.02)
+    finally:
+        worker.stop()
+        thread.join(timeout=15)
+    assert not thread.is_alive()
