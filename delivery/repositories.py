@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 
 from notifyqueue.sqlfile import queries_load
 
@@ -129,21 +129,23 @@ class DeliveryRepository:
     def simulated_message_call(
         self, *, key: str, channel: str, recipient: str, now: datetime, decide
     ) -> SimulatedCall:
-        """Records a call to the simulated provider and, under the key's row lock, lets
-        `decide(calls)` settle a first final answer. Returns what the provider answers."""
-        with transaction.atomic():
-            rows = self._fetch(
+        """Records a call to the simulated provider. A key with a final answer gets it again;
+        otherwise `decide(calls)` answers, and a final answer is settled once (autocommit
+        statements, no explicit transaction: the guarded UPDATE makes a race harmless)."""
+        call = SimulatedCall(
+            *self._fetch(
                 "simulated_message_call", key=key, channel=channel, recipient=recipient, now=now
-            )
-            call = SimulatedCall(*rows[0])
-            if call.outcome is not None:
-                return call
-            outcome, message_id = decide(call.calls)
-            if outcome is not None:
-                self._execute(
-                    "simulated_message_answer", key=key, outcome=outcome, message_id=message_id
-                )
-            return SimulatedCall(call.calls, outcome, message_id)
+            )[0]
+        )
+        if call.outcome is not None:
+            return call
+        outcome, message_id = decide(call.calls)
+        if outcome is None:
+            return SimulatedCall(call.calls, None, None)
+        settled = self._fetch(
+            "simulated_message_answer", key=key, outcome=outcome, message_id=message_id
+        ) or self._fetch("simulated_message_get", key=key)
+        return SimulatedCall(call.calls, *settled[0])
 
     @staticmethod
     def _fetch(name: str, **params: Any) -> list[tuple]:

@@ -147,7 +147,7 @@ UPDATE worker_heartbeat SET stopped_at = %(now)s, last_seen_at = %(now)s, delive
 WHERE worker_id = %(worker)s;
 
 -- name: simulated_message_call
--- Counts a call to the simulated provider and locks its idempotency record for this transaction.
+-- Counts a call to the simulated provider; returns the call number and any final answer.
 INSERT INTO simulated_provider_message AS m (idempotency_key, channel, recipient, calls, sends,
                                              first_call_at, last_call_at)
 VALUES (%(key)s, %(channel)s, %(recipient)s, 1, 0, %(now)s, %(now)s)
@@ -156,7 +156,13 @@ SET calls = m.calls + 1, last_call_at = excluded.last_call_at
 RETURNING calls, outcome, message_id;
 
 -- name: simulated_message_answer
+-- Settles the key's final answer once: if a concurrent call settled it first, nothing
+-- changes and the caller reads that answer instead (simulated_message_get).
 UPDATE simulated_provider_message
 SET outcome = %(outcome)s, message_id = %(message_id)s,
     sends = sends + CASE WHEN %(outcome)s = 'ACCEPTED' THEN 1 ELSE 0 END
-WHERE idempotency_key = %(key)s;
+WHERE idempotency_key = %(key)s AND outcome IS NULL
+RETURNING outcome, message_id;
+
+-- name: simulated_message_get
+SELECT outcome, message_id FROM simulated_provider_message WHERE idempotency_key = %(key)s;
