@@ -28,6 +28,7 @@ from delivery.models import Outcome
 from delivery.providers.base import Message, Provider, TemporaryFailure
 from delivery.repositories import Claim, DeliveryRepository, Finish
 from delivery.services import RetryPolicy, attempt_finish, claim_release
+from monitoring.metrics import DELIVERY as metrics
 
 log = logging.getLogger("notifyqueue.delivery")
 
@@ -234,6 +235,7 @@ class Worker:
     # --- delivery (runs on pool threads) ---------------------------------------------------
 
     def _deliver(self, claim: Claim) -> Finish:
+        started = time.monotonic()
         provider = self.providers[claim.channel]
         message = Message(
             notification_id=claim.id,
@@ -249,6 +251,7 @@ class Worker:
             log.exception("provider %s raised for notification=%s", provider.name, claim.id)
             result = TemporaryFailure(f"{provider.name} provider raised {type(exc).__name__}")
         finish = attempt_finish(claim, result, now=self.clock(), policy=self.policy, rng=self.rng)
+        metrics.attempt_finished(claim, finish, duration_s=time.monotonic() - started)
         log.info(
             "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
             "status=%s worker=%s",
@@ -266,6 +269,7 @@ class Worker:
         if not finishes:
             return 0
         applied = self.repository.notification_finish(finishes, now=self.clock())
+        metrics.results_recorded(finishes, applied)
         for finish in finishes:
             if finish.id not in applied:
                 log.warning(

@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "webhooks",
     "ratelimits",
     "templates",
+    "monitoring",
 ]
 
 MIDDLEWARE = [
@@ -154,14 +155,31 @@ NOTIFYQUEUE_CLIENT_MAX_PENDING = env.int("NOTIFYQUEUE_CLIENT_MAX_PENDING", defau
 # How often an idle worker looks for due work even without a LISTEN/NOTIFY wake-up.
 NOTIFYQUEUE_POLL_INTERVAL_SECONDS = env.float("NOTIFYQUEUE_POLL_INTERVAL_SECONDS", default=1.0)
 NOTIFYQUEUE_HEARTBEAT_SECONDS = env.float("NOTIFYQUEUE_HEARTBEAT_SECONDS", default=5.0)
+# /status is degraded when no worker is alive and PENDING work has been due for longer than
+# this (default: two poll intervals).
+NOTIFYQUEUE_STATUS_MAX_OVERDUE_SECONDS = env.float(
+    "NOTIFYQUEUE_STATUS_MAX_OVERDUE_SECONDS", default=2 * NOTIFYQUEUE_POLL_INTERVAL_SECONDS
+)
+# /metrics is open to anyone unless NOTIFYQUEUE_METRICS_PUBLIC=false; then it needs
+# `Authorization: Bearer <NOTIFYQUEUE_METRICS_TOKEN>` (and with no token, nobody gets in).
+NOTIFYQUEUE_METRICS_PUBLIC = env.bool("NOTIFYQUEUE_METRICS_PUBLIC", default=True)
+NOTIFYQUEUE_METRICS_TOKEN = env.str("NOTIFYQUEUE_METRICS_TOKEN", default="")
 
+# LOG_FORMAT=json: one JSON object per line, with each `key=value` of the message as a field.
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "notifyqueue.logformat.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
