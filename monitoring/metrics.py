@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import timedelta
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
@@ -134,7 +135,7 @@ class QueueCollector:
         now = timezone.now()
         try:
             snapshot = self._repository_factory().queue_snapshot(
-                now=now, workers_seen_since=now - worker_live_window_s()
+                now=now, workers_seen_since=now - timedelta(seconds=worker_live_window_s())
             )
         except DatabaseUnavailable:
             yield GaugeMetricFamily(

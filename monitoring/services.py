@@ -10,7 +10,7 @@ Invariants protected here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -74,7 +74,7 @@ def status_report(
         body["migrations"] = {"applied": not pending, "pending": pending}
         if pending:
             reasons.append(f"{len(pending)} migration(s) not applied: {', '.join(pending)}")
-        since = datetime.fromtimestamp(now.timestamp() - thresholds.worker_live_window_s, UTC)
+        since = now - timedelta(seconds=thresholds.worker_live_window_s)
         snapshot = source.queue_snapshot(now=now, workers_seen_since=since)
         circuits = source.circuits_open()
     except DatabaseUnavailable as exc:
