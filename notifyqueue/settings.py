@@ -73,6 +73,10 @@ else:
     DATABASES = {"default": env.db_url_config(database_url(STATE_DIR))}
     # The embedded server listens on a Unix socket; name it as HOST so psql and tools find it.
     DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
+# django-prometheus' wrapper of Django's PostgreSQL backend (psycopg 3): query, error and
+# connection counters by alias on /metrics. Same SQL, same connections.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends.postgresql"
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

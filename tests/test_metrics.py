@@ -53,6 +53,8 @@ def test_metrics_page_has_django_and_queue_metrics_and_parses():
     scraped = scrape()
     names = {name for name, _ in scraped}
     assert "django_http_requests_total_by_method_total" in names
+    # django-prometheus' database backend (psycopg 3) counts this test's queries.
+    assert value(scraped, "django_db_execute_total", alias="default", vendor="postgresql") > 0
     assert value(scraped, "notifyqueue_database_up") == 1
     assert "notifyqueue_queue_oldest_overdue_seconds" in names
     assert "notifyqueue_workers_live" in names
