@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import timedelta
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
