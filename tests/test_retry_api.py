@@ -290,3 +290,14 @@ def test_retried_dead_letter_goes_around_again_and_a_second_webhook_reports_it(m
         ("DEAD_LETTERED", 6),
     ]
     assert events[1].occurred_at > events[0].occurred_at
+
+
+@pytest.mark.django_db
+def test_schema_documents_both_retry_endpoints_with_their_answers_and_examples():
+    schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    single = schema["paths"]["/api/v1/notifications/{notification_id}/retry"]["post"]
+    bulk = schema["paths"]["/api/v1/notifications/retry"]["post"]
+    assert set(single["responses"]) == {"200", "401", "403", "404", "409"}
+    assert set(bulk["responses"]) == {"200", "400", "401", "403"}
+    assert bulk["requestBody"]["content"]["application/json"]["examples"]
+    assert bulk["responses"]["200"]["content"]["application/json"]["examples"]
