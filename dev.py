@@ -6,13 +6,15 @@
 
 Needs only Python 3.11+ and pip: it creates `.venv/`, installs the project into it, and (when
 DATABASE_URL is unset) starts the embedded PostgreSQL under `.notifyqueue/`. Any further
-arguments to `test` are passed to pytest.
+arguments to `test` are passed to pytest. `test` also installs Debian's chromium (with
+apt-get, when run as root) for the admin's browser test, which skips only if that fails.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 DEMO_CLIENT = "demo"
+CHROMIUM = Path("/usr/bin/chromium")
 
 
 def main(argv: list[str]) -> int:
@@ -95,7 +98,23 @@ def serve(*, host: str, port: str) -> int:
     return 0
 
 
+def ensure_browser() -> None:
+    """Debian's chromium for tests/test_admin_browser.py; never a browser download."""
+    if CHROMIUM.exists():
+        return
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        print(f"{CHROMIUM} is missing and apt-get cannot run here: the browser test will skip.")
+        return
+    print("Installing chromium with apt-get for the admin browser test ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        if subprocess.run(cmd, env=env).returncode != 0:
+            print(f"'{' '.join(cmd)}' failed: the browser test will skip.", file=sys.stderr)
+            return
+
+
 def test(pytest_args: list[str]) -> int:
+    ensure_browser()
     steps = [
         [PYTHON, "-m", "ruff", "check", "."],
         [PYTHON, "-m", "ruff", "format", "--check", "."],

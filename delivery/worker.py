@@ -28,6 +28,7 @@ from delivery.models import Outcome
 from delivery.providers.base import Message, Provider, TemporaryFailure
 from delivery.repositories import Claim, DeliveryRepository, Finish
 from delivery.services import RetryPolicy, attempt_finish, claim_release
+from monitoring.metrics import DELIVERY as metrics
 from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
 from ratelimits.services import RateLimit, recipient_admit
 
@@ -280,6 +281,7 @@ class Worker:
             )
             if not isinstance(admission, Admitted):
                 if isinstance(admission, Deferred):
+                    metrics.rate_limit_deferred(channel=claim.channel)
                     log.info(
                         "rate limited notification=%s client=%s channel=%s attempt=%d "
                         "outcome=RATE_LIMITED status=PENDING due_at=%s worker=%s",
@@ -291,6 +293,7 @@ class Worker:
                         self.worker_id,
                     )
                 return None
+        started = time.monotonic()
         provider = self.providers[claim.channel]
         message = Message(
             notification_id=claim.id,
@@ -306,6 +309,7 @@ class Worker:
             log.exception("provider %s raised for notification=%s", provider.name, claim.id)
             result = TemporaryFailure(f"{provider.name} provider raised {type(exc).__name__}")
         finish = attempt_finish(claim, result, now=self.clock(), policy=self.policy, rng=self.rng)
+        metrics.attempt_finished(claim, finish, duration_s=time.monotonic() - started)
         log.info(
             "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
             "status=%s worker=%s",
@@ -330,6 +334,7 @@ class Worker:
         except DatabaseError:
             self._unrecorded = finishes
             raise
+        metrics.results_recorded(finishes, applied)
         for finish in finishes:
             if finish.id not in applied:
                 log.warning(

@@ -76,6 +76,9 @@ class Notification(models.Model):
     last_error = models.TextField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     operator_retries = models.PositiveIntegerField(default=0)
+    # The latest operator retry: when, and who ("admin:<user>", "api:<client>", "cli:<user>").
+    last_retried_at = models.DateTimeField(null=True, blank=True)
+    last_retried_by = models.CharField(max_length=255, null=True, blank=True)
 
     claim_token = models.UUIDField(null=True, blank=True)
     claimed_by = models.CharField(max_length=200, null=True, blank=True)
@@ -86,6 +89,10 @@ class Notification(models.Model):
 
     class Meta:
         db_table = "notification"
+        permissions = [
+            ("retry_notification", "Can retry failed and dead-lettered notifications"),
+            ("cancel_notification", "Can cancel pending notifications"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["client", "idempotency_key"], name="notification_client_idempotency_key"
@@ -153,6 +160,19 @@ class Notification(models.Model):
             # a btree entry allows (~2.7 kB); equality is the only lookup it needs, and one
             # recipient has few rows (rate-limited), so sorting them afterwards is cheap.
             HashIndex(fields=["recipient"], name="notification_recipient"),
+            # What an operator retries: the dead-letter queue and permanent failures, oldest
+            # first (bulk retry), newest first (the admin's status filter), and counted by
+            # /status and /metrics (by channel and priority, index-only thanks to INCLUDE).
+            # Partial, so the far larger SENT rows are not in it.
+            models.Index(
+                fields=["status", "created_at", "id"],
+                include=["channel", "priority"],
+                name="notification_operator_queue",
+                condition=Q(status__in=[Status.FAILED, Status.DEAD_LETTERED]),
+            ),
+            # The admin's search by idempotency key across every client (the unique index
+            # leads with client_id, so it cannot serve a search without one).
+            models.Index(fields=["idempotency_key"], name="notification_idempotency_key"),
         ]
 
     def __str__(self) -> str:

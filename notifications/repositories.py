@@ -5,6 +5,9 @@ Invariants protected here:
   read, so two concurrent identical requests produce one row (`DuplicateRequest` for the loser);
 - a cancel is one conditional UPDATE guarded by `status = 'PENDING'`, so it cannot overwrite a
   worker's claim, and a worker cannot claim a row a cancel has already taken;
+- an operator retry is one conditional UPDATE guarded by the retryable statuses (FAILED,
+  DEAD_LETTERED); a bulk retry selects its rows with FOR UPDATE SKIP LOCKED, so two operators
+  retrying at once never send the same row back twice;
 - a client-scoped read never returns another client's row.
 
 Everything returned is a frozen dataclass or a list of them, never a QuerySet.
@@ -60,6 +63,8 @@ class NotificationRecord:
     operator_retries: int
     created_at: datetime
     updated_at: datetime
+    last_retried_at: datetime | None = None
+    last_retried_by: str | None = None
 
 
 RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord))
@@ -108,6 +113,16 @@ class ListPage:
     records: list[NotificationRecord]
     # True when more rows lie beyond this page in the direction it was read.
     has_more: bool
+
+
+@dataclass(frozen=True)
+class RetriedRow:
+    """One row a bulk retry sent back to PENDING."""
+
+    id: uuid.UUID
+    client_id: uuid.UUID
+    channel: str
+    operator_retries: int
 
 
 class DuplicateRequest(Exception):
@@ -228,6 +243,49 @@ class NotificationRepository:
             {"id": notification_id, "client_id": client_id, "now": now},
         )
         return cancelled[0] if cancelled else None
+
+    def retry_one(
+        self, *, notification_id: uuid.UUID, operator: str, now: datetime
+    ) -> NotificationRecord | None:
+        """PENDING again (due now, 0 attempts used) if it was FAILED or DEAD_LETTERED; None
+        (and nothing changed) otherwise."""
+        retried = _fetch_records(
+            QUERIES["notification_retry"], {"id": notification_id, "operator": operator, "now": now}
+        )
+        return retried[0] if retried else None
+
+    def retry_oldest(
+        self,
+        *,
+        status: str,
+        channel: str | None,
+        limit: int,
+        operator: str,
+        now: datetime,
+        retried_before: datetime | None = None,
+    ) -> list[RetriedRow]:
+        """Sends up to `limit` of the oldest rows in `status` back to PENDING, skipping rows
+        another transaction has locked; returns the rows it changed."""
+        params = {
+            "status": status,
+            "channel": channel,
+            "limit": limit,
+            "operator": operator,
+            "now": now,
+            "retried_before": retried_before,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(QUERIES["notifications_retry_oldest"], params)
+            return [RetriedRow(*row) for row in cursor.fetchall()]
+
+    def retryable_count(
+        self, *, status: str, channel: str | None, retried_before: datetime | None = None
+    ) -> int:
+        params = {"status": status, "channel": channel, "retried_before": retried_before}
+        with connection.cursor() as cursor:
+            cursor.execute(QUERIES["notifications_retryable_count"], params)
+            (count,) = cursor.fetchone()
+        return count
 
     def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int:
         """The client's PENDING rows, counted up to `limit` and no further."""

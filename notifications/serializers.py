@@ -231,6 +231,25 @@ class NotificationListFilters(RejectUnknownFieldsMixin, serializers.Serializer):
         )
 
 
+class BulkRetryInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    status = CaseInsensitiveChoiceField(
+        choices=[Status.DEAD_LETTERED, Status.FAILED],
+        help_text="Which notifications to send back: the dead-letter queue or permanent failures.",
+    )
+    channel = CaseInsensitiveChoiceField(
+        choices=Channel.values, required=False, help_text="Only this channel's notifications."
+    )
+
+
+class BulkRetryOutput(serializers.Serializer):
+    retried = serializers.IntegerField(
+        help_text="Sent back to PENDING by this call (at most 1,000)."
+    )
+    remaining = serializers.IntegerField(
+        help_text="Still in that status (and channel); repeat the call until this is 0."
+    )
+
+
 class NotificationOutput(serializers.Serializer):
     id = serializers.UUIDField()
     status = serializers.ChoiceField(choices=Status.values)

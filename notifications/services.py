@@ -7,7 +7,13 @@ Invariants protected here:
   and the sha256 fingerprint of the normalised request, never by a read that could race;
 - a stored body is at most 64 KiB of UTF-8 after rendering;
 - a client whose PENDING backlog is over its limit cannot create (429), but can still replay;
-- only the owner can cancel, and only a PENDING notification.
+- only the owner can cancel, and only a PENDING notification;
+- only FAILED and DEAD_LETTERED notifications can be retried, each retry is one guarded write
+  that starts the attempts again at 0 and records who retried it and when; a bulk retry takes
+  at most one batch, oldest first, and never sends one row back twice in one round.
+
+Every state change made here is logged as one `key=value` line (logger
+`notifyqueue.notifications`) naming the notification, client, channel, attempt and outcome.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +32,8 @@ from typing import Any, Protocol
 from django.conf import settings
 from rest_framework import status as http
 
-from notifications.models import Priority
+from monitoring import metrics
+from notifications.models import Priority, Status
 from notifications.repositories import (
     DuplicateRequest,
     ListFilters,
@@ -34,6 +42,7 @@ from notifications.repositories import (
     NewNotification,
     NotificationRecord,
     NotificationRepository,
+    RetriedRow,
 )
 from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
 
@@ -44,6 +53,13 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 255
 BACKLOG_RETRY_AFTER_S = 30
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
+RETRYABLE_STATUSES = (Status.FAILED, Status.DEAD_LETTERED)
+# One bulk retry call sends back at most this many: each call is one short UPDATE, and a
+# recovered provider does not get the whole dead-letter queue in one burst.
+BULK_RETRY_LIMIT = 1000
+BULK_RETRY_LIMIT_MAX = 10_000
+
+log = logging.getLogger("notifyqueue.notifications")
 
 
 class UnknownTemplate(InvalidRequest):
@@ -65,6 +81,10 @@ class NotificationNotFound(NotFound):
 
 class NotificationNotCancellable(Conflict):
     code = "not_cancellable"
+
+
+class NotificationNotRetryable(Conflict):
+    code = "not_retryable"
 
 
 class TooManyPending(DomainError):
@@ -148,6 +168,25 @@ class NotificationStore(Protocol):
 
     def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int: ...
 
+    def retry_one(
+        self, *, notification_id: uuid.UUID, operator: str, now: datetime
+    ) -> NotificationRecord | None: ...
+
+    def retry_oldest(
+        self,
+        *,
+        status: str,
+        channel: str | None,
+        limit: int,
+        operator: str,
+        now: datetime,
+        retried_before: datetime | None = None,
+    ) -> list[RetriedRow]: ...
+
+    def retryable_count(
+        self, *, status: str, channel: str | None, retried_before: datetime | None = None
+    ) -> int: ...
+
 
 @dataclass(frozen=True)
 class CreateResult:
@@ -167,6 +206,13 @@ class BatchOutcome:
     http_status: int
     notification: NotificationRecord | None = None
     error: DomainError | None = None
+
+
+@dataclass(frozen=True)
+class BulkRetryResult:
+    retried: int
+    # Rows still in that status (and channel) that a further call would retry.
+    remaining: int
 
 
 @dataclass(frozen=True)
@@ -371,6 +417,15 @@ def notification_cancel(
         notification_id=notification_id, client_id=client_id, now=now
     )
     if cancelled is not None:
+        log.info(
+            "notification cancelled notification=%s client=%s channel=%s attempt=%d "
+            "outcome=CANCELLED status=%s",
+            cancelled.id,
+            cancelled.client_id,
+            cancelled.channel,
+            cancelled.attempt_count,
+            cancelled.status,
+        )
         return cancelled
     current = repository.get(notification_id=notification_id, client_id=client_id)
     if current is None:
@@ -378,6 +433,105 @@ def notification_cancel(
     raise NotificationNotCancellable(
         f"Only a PENDING notification can be cancelled; this one is {current.status}.",
         fields={"status": [current.status]},
+    )
+
+
+def notification_retry(
+    *,
+    notification_id: uuid.UUID,
+    operator: str,
+    now: datetime,
+    repository: NotificationStore | None = None,
+) -> NotificationRecord:
+    """Sends a FAILED or DEAD_LETTERED notification (any client's) back to PENDING, due now,
+    with its attempts at 0; 409 for any other status, 404 if there is no such notification.
+
+    `operator` names who asked (recorded on the row): e.g. `api:<client>`, `admin:<user>`.
+    """
+    repository = repository or NotificationRepository()
+    retried = repository.retry_one(notification_id=notification_id, operator=operator, now=now)
+    if retried is not None:
+        _log_retried(
+            notification_id=retried.id,
+            client_id=retried.client_id,
+            channel=retried.channel,
+            operator_retries=retried.operator_retries,
+            operator=operator,
+        )
+        return retried
+    current = repository.get(notification_id=notification_id, client_id=None)
+    if current is None:
+        raise NotificationNotFound(notification_id)
+    raise NotificationNotRetryable(
+        f"Only a FAILED or DEAD_LETTERED notification can be retried; this one is "
+        f"{current.status}.",
+        fields={"status": [current.status]},
+    )
+
+
+def notifications_retry_bulk(
+    *,
+    status: str,
+    operator: str,
+    now: datetime,
+    channel: str | None = None,
+    limit: int = BULK_RETRY_LIMIT,
+    retried_before: datetime | None = None,
+    repository: NotificationStore | None = None,
+) -> BulkRetryResult:
+    """Retries up to `limit` of the oldest notifications in `status` (FAILED or DEAD_LETTERED),
+    optionally on one channel, and says how many are left.
+
+    Rows another operator's retry holds locked are skipped, not waited for. With
+    `retried_before`, rows retried at or after that moment are left alone, so a loop over
+    batches (the command) ends even if a retried row fails again while it runs.
+    """
+    repository = repository or NotificationRepository()
+    if status not in RETRYABLE_STATUSES:
+        message = "Only FAILED or DEAD_LETTERED notifications can be retried."
+        raise InvalidRequest(f"status: {message}", fields={"status": [message]})
+    if not 1 <= limit <= BULK_RETRY_LIMIT_MAX:
+        message = f"Between 1 and {BULK_RETRY_LIMIT_MAX}."
+        raise InvalidRequest(f"limit: {message}", fields={"limit": [message]})
+    retried = repository.retry_oldest(
+        status=status,
+        channel=channel,
+        limit=limit,
+        operator=operator,
+        now=now,
+        retried_before=retried_before,
+    )
+    for row in retried:
+        _log_retried(
+            notification_id=row.id,
+            client_id=row.client_id,
+            channel=row.channel,
+            operator_retries=row.operator_retries,
+            operator=operator,
+        )
+    remaining = repository.retryable_count(
+        status=status, channel=channel, retried_before=retried_before
+    )
+    return BulkRetryResult(retried=len(retried), remaining=remaining)
+
+
+def _log_retried(
+    *,
+    notification_id: uuid.UUID,
+    client_id: uuid.UUID,
+    channel: str,
+    operator_retries: int,
+    operator: str,
+) -> None:
+    metrics.notification_retried(channel=channel)
+    log.info(
+        "notification retried notification=%s client=%s channel=%s attempt=0 "
+        "outcome=RETRIED status=PENDING operator_retries=%d operator=%s",
+        notification_id,
+        client_id,
+        channel,
+        operator_retries,
+        operator,
     )
 
 
@@ -430,9 +584,11 @@ def _notification_prepare(
 
 def _insert(*, new: NewNotification, now: datetime, repository: NotificationStore) -> CreateResult:
     try:
-        return CreateResult(notification=repository.insert(new=new, now=now), created=True)
+        inserted = repository.insert(new=new, now=now)
     except DuplicateRequest as duplicate:
         return _replay(existing=duplicate.existing, fingerprint=new.request_fingerprint)
+    metrics.notification_created(channel=inserted.channel)
+    return CreateResult(notification=inserted, created=True)
 
 
 def _replay(*, existing: NotificationRecord, fingerprint: str) -> CreateResult:

@@ -4,8 +4,13 @@ from notifications import views
 
 urlpatterns = [
     path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),
-    # Before the detail route, which would otherwise read "batch" as an id.
+    # Before the detail route, which would otherwise read "batch" or "retry" as an id.
     path("notifications/batch", views.NotificationBatchView.as_view(), name="notification-batch"),
+    path(
+        "notifications/retry",
+        views.NotificationBulkRetryView.as_view(),
+        name="notification-retry-bulk",
+    ),
     path(
         "notifications/<str:notification_id>",
         views.NotificationDetailView.as_view(),
@@ -15,5 +20,10 @@ urlpatterns = [
         "notifications/<str:notification_id>/cancel",
         views.NotificationCancelView.as_view(),
         name="notification-cancel",
+    ),
+    path(
+        "notifications/<str:notification_id>/retry",
+        views.NotificationRetryView.as_view(),
+        name="notification-retry",
     ),
 ]

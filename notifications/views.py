@@ -13,11 +13,14 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
+from clients.permissions import IsOperator
 from notifications import services
 from notifications.serializers import (
     BatchInput,
     BatchItemInput,
     BatchOutput,
+    BulkRetryInput,
+    BulkRetryOutput,
     ErrorOutput,
     NotificationCreateInput,
     NotificationListFilters,
@@ -83,6 +86,7 @@ ERROR_UNAUTHENTICATED = OpenApiResponse(ErrorOutput, description="Missing or wro
 ERROR_NOT_FOUND = OpenApiResponse(
     ErrorOutput, description="No such notification, or it belongs to another client."
 )
+ERROR_NOT_OPERATOR = OpenApiResponse(ErrorOutput, description="Not an operator client.")
 
 
 def _notification_id(raw: str) -> uuid.UUID:
@@ -271,6 +275,118 @@ class NotificationCancelView(APIView):
             now=timezone.now(),
         )
         return Response(NotificationOutput(cancelled).data)
+
+
+def _operator(request: Request) -> str:
+    """How an API retry is recorded on the notification."""
+    return f"api:{request.user.name}"
+
+
+class NotificationRetryView(APIView):
+    permission_classes = [*APIView.permission_classes, IsOperator]
+
+    @extend_schema(
+        operation_id="notification_retry",
+        summary="Retry a FAILED or DEAD_LETTERED notification (operators)",
+        description=(
+            "Sends the notification back to PENDING, due now, with its attempts at 0 of its "
+            "maximum; `last_error` is kept and `operator_retries` goes up by one. If it fails "
+            "again it is retried with backoff and, after its attempts, dead-lettered again "
+            "with a second webhook. Operator clients only; any client's notification."
+        ),
+        parameters=[NOTIFICATION_ID],
+        request=None,
+        responses={
+            200: OpenApiResponse(NotificationOutput, description="PENDING again."),
+            401: ERROR_UNAUTHENTICATED,
+            403: ERROR_NOT_OPERATOR,
+            404: OpenApiResponse(ErrorOutput, description="No such notification."),
+            409: OpenApiResponse(
+                ErrorOutput, description="Neither FAILED nor DEAD_LETTERED; nothing changed."
+            ),
+        },
+        examples=[
+            OpenApiExample(
+                "Retried",
+                value={
+                    **EXAMPLE_NOTIFICATION,
+                    "last_error": "provider answered 503: busy",
+                    "operator_retries": 1,
+                },
+                response_only=True,
+                status_codes=[200],
+            ),
+            _error_example(
+                "Not retryable",
+                "not_retryable",
+                "Only a FAILED or DEAD_LETTERED notification can be retried; this one is SENT.",
+                {"status": ["SENT"]},
+                409,
+            ),
+            _error_example(
+                "Not an operator",
+                "permission_denied",
+                "Only an operator client may do this.",
+                {},
+                403,
+            ),
+        ],
+    )
+    def post(self, request: Request, notification_id: str) -> Response:
+        retried = services.notification_retry(
+            notification_id=_notification_id(notification_id),
+            operator=_operator(request),
+            now=timezone.now(),
+        )
+        return Response(NotificationOutput(retried).data)
+
+
+class NotificationBulkRetryView(APIView):
+    permission_classes = [*APIView.permission_classes, IsOperator]
+
+    @extend_schema(
+        operation_id="notification_retry_bulk",
+        summary="Retry up to 1,000 notifications, oldest first (operators)",
+        description=(
+            "Sends back to PENDING up to 1,000 of the oldest notifications in `status` "
+            "(optionally only one `channel`), each as a single retry would, and answers how "
+            "many remain: repeat the call until `remaining` is 0. Two operators calling at "
+            "once never retry the same notification twice. Operator clients only."
+        ),
+        request=BulkRetryInput,
+        responses={
+            200: BulkRetryOutput,
+            400: OpenApiResponse(ErrorOutput, description="Not a retryable status or channel."),
+            401: ERROR_UNAUTHENTICATED,
+            403: ERROR_NOT_OPERATOR,
+        },
+        examples=[
+            OpenApiExample(
+                "The dead-letter queue", value={"status": "DEAD_LETTERED"}, request_only=True
+            ),
+            OpenApiExample(
+                "Failed SMS only", value={"status": "FAILED", "channel": "sms"}, request_only=True
+            ),
+            OpenApiExample(
+                "More remain",
+                value={"retried": 1000, "remaining": 1500},
+                response_only=True,
+                status_codes=[200],
+            ),
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        payload = BulkRetryInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        result = services.notifications_retry_bulk(
+            status=payload.validated_data["status"],
+            channel=payload.validated_data.get("channel"),
+            operator=_operator(request),
+            now=timezone.now(),
+        )
+        return Response(
+            BulkRetryOutput({"retried": result.retried, "remaining": result.remaining}).data
+        )
 
 
 class NotificationBatchView(APIView):

@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "webhooks",
     "ratelimits",
     "templates",
+    "monitoring",
 ]
 
 MIDDLEWARE = [
@@ -72,6 +73,10 @@ else:
     DATABASES = {"default": env.db_url_config(database_url(STATE_DIR))}
     # The embedded server listens on a Unix socket; name it as HOST so psql and tools find it.
     DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
+# django-prometheus' wrapper of Django's PostgreSQL backend (psycopg 3): query, error and
+# connection counters by alias on /metrics. Same SQL, same connections.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends.postgresql"
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -154,14 +159,31 @@ NOTIFYQUEUE_CLIENT_MAX_PENDING = env.int("NOTIFYQUEUE_CLIENT_MAX_PENDING", defau
 # How often an idle worker looks for due work even without a LISTEN/NOTIFY wake-up.
 NOTIFYQUEUE_POLL_INTERVAL_SECONDS = env.float("NOTIFYQUEUE_POLL_INTERVAL_SECONDS", default=1.0)
 NOTIFYQUEUE_HEARTBEAT_SECONDS = env.float("NOTIFYQUEUE_HEARTBEAT_SECONDS", default=5.0)
+# /status is degraded when no worker is alive and PENDING work has been due for longer than
+# this (default: two poll intervals).
+NOTIFYQUEUE_STATUS_MAX_OVERDUE_SECONDS = env.float(
+    "NOTIFYQUEUE_STATUS_MAX_OVERDUE_SECONDS", default=2 * NOTIFYQUEUE_POLL_INTERVAL_SECONDS
+)
+# /metrics is open to anyone unless NOTIFYQUEUE_METRICS_PUBLIC=false; then it needs
+# `Authorization: Bearer <NOTIFYQUEUE_METRICS_TOKEN>` (and with no token, nobody gets in).
+NOTIFYQUEUE_METRICS_PUBLIC = env.bool("NOTIFYQUEUE_METRICS_PUBLIC", default=True)
+NOTIFYQUEUE_METRICS_TOKEN = env.str("NOTIFYQUEUE_METRICS_TOKEN", default="")
 
+# LOG_FORMAT=json: one JSON object per line, with each `key=value` of the message as a field.
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "notifyqueue.logformat.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

@@ -27,6 +27,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from clients.models import webhook_secret_new
+from monitoring import metrics
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState
 from webhooks.repositories import ClaimedEvent, ReclaimedEvent
@@ -160,6 +161,7 @@ def _record(event: ClaimedEvent, result: PostResult, *, finished_at: datetime) -
             outcome,
         )
         return None
+    metrics.webhook_attempt_recorded(outcome=outcome, state=state)
     if state != DeliveryState.DELIVERED:
         logger.info(
             "webhook event %s attempt %s: %s -> %s",

@@ -1,7 +1,8 @@
 """An in-memory stand-in for `NotificationRepository`, for service tests without a database.
 
 It keeps the same promises the real one makes: one row per (client, idempotency key), a
-`DuplicateRequest` for the second insert, a cancel that only changes a PENDING row.
+`DuplicateRequest` for the second insert, a cancel that only changes a PENDING row, a retry
+that only changes a FAILED or DEAD_LETTERED row.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from notifications.repositories import (
     ListPosition,
     NewNotification,
     NotificationRecord,
+    RetriedRow,
 )
 
 
@@ -110,3 +112,65 @@ class InMemoryNotificationRepository:
             1 for r in self.rows.values() if r.client_id == client_id and r.status == Status.PENDING
         )
         return min(pending, limit)
+
+    def retry_one(
+        self, *, notification_id: uuid.UUID, operator: str, now: datetime
+    ) -> NotificationRecord | None:
+        record = self.rows.get(notification_id)
+        if record is None or record.status not in (Status.FAILED, Status.DEAD_LETTERED):
+            return None
+        retried = self._retried(record, operator=operator, now=now)
+        self.rows[record.id] = retried
+        return retried
+
+    def retry_oldest(
+        self,
+        *,
+        status: str,
+        channel: str | None,
+        limit: int,
+        operator: str,
+        now: datetime,
+        retried_before: datetime | None = None,
+    ) -> list[RetriedRow]:
+        chosen = sorted(
+            self._retryable(status, channel, retried_before), key=lambda r: (r.created_at, r.id)
+        )[:limit]
+        retried = []
+        for record in chosen:
+            self.rows[record.id] = self._retried(record, operator=operator, now=now)
+            retried.append(
+                RetriedRow(record.id, record.client_id, record.channel, record.operator_retries + 1)
+            )
+        return retried
+
+    def retryable_count(
+        self, *, status: str, channel: str | None, retried_before: datetime | None = None
+    ) -> int:
+        return len(self._retryable(status, channel, retried_before))
+
+    def _retryable(self, status, channel, retried_before) -> list[NotificationRecord]:
+        return [
+            r
+            for r in self.rows.values()
+            if r.status == status
+            and (channel is None or r.channel == channel)
+            and (
+                retried_before is None
+                or r.last_retried_at is None
+                or r.last_retried_at < retried_before
+            )
+        ]
+
+    @staticmethod
+    def _retried(record: NotificationRecord, *, operator: str, now: datetime) -> NotificationRecord:
+        return dataclasses.replace(
+            record,
+            status=Status.PENDING,
+            due_at=now,
+            attempt_count=0,
+            operator_retries=record.operator_retries + 1,
+            last_retried_at=now,
+            last_retried_by=operator,
+            updated_at=now,
+        )

@@ -9,6 +9,7 @@ import signal
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from prometheus_client import start_http_server
 
 from delivery.providers import providers_from_settings
 from delivery.services import RetryPolicy
@@ -31,8 +32,13 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=positive_int, default=8)
         parser.add_argument("--batch-size", type=positive_int, default=100)
         parser.add_argument("--until-empty", action="store_true")
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            help="serve this worker's Prometheus metrics on http://0.0.0.0:PORT/metrics",
+        )
 
-    def handle(self, *args, concurrency, batch_size, until_empty, **options):
+    def handle(self, *args, concurrency, batch_size, until_empty, metrics_port, **options):
         try:
             providers = providers_from_settings()
         except ImproperlyConfigured as exc:
@@ -69,6 +75,12 @@ class Command(BaseCommand):
         self.stderr.write(
             f"worker {worker.worker_id} started: concurrency={concurrency} batch={batch_size}"
         )
+        if metrics_port is not None:
+            try:
+                start_http_server(metrics_port)
+            except OSError as exc:
+                raise CommandError(f"--metrics-port {metrics_port}: {exc}") from exc
+            self.stderr.write(f"metrics on http://0.0.0.0:{metrics_port}/metrics")
         webhooks.start()
         try:
             worker.run(until_empty=until_empty)

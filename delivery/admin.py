@@ -1,0 +1,92 @@
+"""Delivery history and live workers in the admin, read-only: attempts are written only by
+the worker's claim and finish statements, heartbeats only by the workers themselves."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.contrib import admin
+from django.utils import timezone
+
+from delivery.models import DeliveryAttempt, WorkerHeartbeat
+from monitoring.paginators import EstimatedCountPaginator
+from monitoring.services import worker_live_window_s
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(DeliveryAttempt)
+class DeliveryAttemptAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "notification",
+        "number",
+        "channel",
+        "worker",
+        "started_at",
+        "finished_at",
+        "outcome",
+        "error",
+    )
+    list_filter = ("outcome", "channel")
+    # The primary key's order: the newest attempts first without sorting millions of rows.
+    ordering = ("-id",)
+    sortable_by = ()
+    search_fields = ("=notification__id",)
+    search_help_text = "An exact notification id."
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    list_per_page = 100
+    readonly_fields = (
+        "notification",
+        "claim_token",
+        "number",
+        "channel",
+        "worker",
+        "started_at",
+        "finished_at",
+        "outcome",
+        "error",
+        "provider_message_id",
+    )
+
+    def get_search_results(self, request, queryset, search_term):
+        """The attempts of one notification (index attempt_by_notif); anything that is not a
+        notification id matches nothing."""
+        try:
+            notification_id = uuid.UUID(search_term.strip())
+        except ValueError:
+            return (queryset.none(), False) if search_term.strip() else (queryset, False)
+        return queryset.filter(notification_id=notification_id), False
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(ReadOnlyAdmin):
+    list_display = (
+        "worker_id",
+        "alive",
+        "hostname",
+        "pid",
+        "started_at",
+        "last_seen_at",
+        "stopped_at",
+        "delivered",
+    )
+    ordering = ("-last_seen_at",)
+    readonly_fields = list_display[:1] + list_display[2:]
+
+    @admin.display(boolean=True, description="alive")
+    def alive(self, heartbeat: WorkerHeartbeat) -> bool:
+        """Seen within the heartbeat window that /status uses, and not stopped."""
+        window = timedelta(seconds=worker_live_window_s())
+        return heartbeat.stopped_at is None and heartbeat.last_seen_at >= timezone.now() - window

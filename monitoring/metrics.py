@@ -1,0 +1,201 @@
+"""Every Prometheus metric Notify Queue defines (docs/operations.md describes each one).
+
+Two kinds:
+- counters and histograms that a process increments as things happen (notifications created
+  by the API, attempts and finishes recorded by a worker, webhook POSTs); each process exposes
+  its own, the API on `/metrics`, a worker on `--metrics-port`;
+- gauges about the whole queue, read from PostgreSQL at scrape time by `QueueCollector`. Only
+  the API's `/metrics` serves those (they live in `QUEUE_REGISTRY`, not the default registry),
+  so running ten workers does not mean ten copies of the same database numbers.
+
+The helpers below are what the rest of the code calls, so no caller builds label sets itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+FINAL_STATUSES = ("SENT", "FAILED", "DEAD_LETTERED", "SUPPRESSED")
+
+NOTIFICATIONS_CREATED = Counter(
+    "notifyqueue_notifications_created",
+    "Notifications accepted by the API (201s, not replays).",
+    ["channel"],
+)
+NOTIFICATIONS_FINISHED = Counter(
+    "notifyqueue_notifications_finished",
+    "Notifications a worker moved to a final status.",
+    ["channel", "status"],
+)
+NOTIFICATIONS_RETRIED = Counter(
+    "notifyqueue_notifications_retried",
+    "Notifications an operator sent back to PENDING (API, admin or command).",
+    ["channel"],
+)
+DELIVERY_ATTEMPT_DURATION = Histogram(
+    "notifyqueue_delivery_attempt_duration_seconds",
+    "Time from the start of a delivery attempt to the provider's answer.",
+    ["channel", "outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+RATE_LIMIT_DEFERRALS = Counter(
+    "notifyqueue_rate_limit_deferrals",
+    "Claims given back because the recipient was at its rate limit (no attempt used).",
+    ["channel"],
+)
+WEBHOOK_DELIVERIES = Counter(
+    "notifyqueue_webhook_deliveries",
+    "Webhook POSTs recorded, by attempt outcome and the event's resulting state.",
+    ["outcome", "state"],
+)
+
+
+def notification_created(*, channel: str) -> None:
+    NOTIFICATIONS_CREATED.labels(channel=channel).inc()
+
+
+def notification_retried(*, channel: str) -> None:
+    NOTIFICATIONS_RETRIED.labels(channel=channel).inc()
+
+
+def webhook_attempt_recorded(*, outcome: str, state: str) -> None:
+    WEBHOOK_DELIVERIES.labels(outcome=outcome, state=state).inc()
+
+
+class _Claimed(Protocol):
+    id: uuid.UUID
+    claim_token: uuid.UUID
+    channel: str
+
+
+class _Finished(Protocol):
+    id: uuid.UUID
+    claim_token: uuid.UUID
+    status: str
+    outcome: str
+
+
+class DeliveryMetrics:
+    """What a worker reports about its deliveries.
+
+    `attempt_finished` runs on a delivery thread when the provider has answered; it observes
+    the duration and remembers the claim's channel. `results_recorded` runs once the finishing
+    statement has said which results it applied: only those count as finished (a stale result
+    from a worker whose claim was taken over changed nothing, so it counts nothing).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._channels: dict[tuple[uuid.UUID, uuid.UUID], str] = {}
+
+    def attempt_finished(self, claim: _Claimed, finish: _Finished, *, duration_s: float) -> None:
+        DELIVERY_ATTEMPT_DURATION.labels(channel=claim.channel, outcome=finish.outcome).observe(
+            duration_s
+        )
+        with self._lock:
+            self._channels[(claim.id, claim.claim_token)] = claim.channel
+
+    def results_recorded(
+        self, finishes: Iterable[_Finished], applied: Mapping[uuid.UUID, str]
+    ) -> None:
+        for finish in finishes:
+            with self._lock:
+                channel = self._channels.pop((finish.id, finish.claim_token), None)
+            if channel is None or finish.id not in applied:
+                continue
+            if finish.status in FINAL_STATUSES:
+                NOTIFICATIONS_FINISHED.labels(channel=channel, status=finish.status).inc()
+
+    def rate_limit_deferred(self, *, channel: str) -> None:
+        """A claim given back by the rate limit (it settles its own row, never a Finish)."""
+        RATE_LIMIT_DEFERRALS.labels(channel=channel).inc()
+
+
+DELIVERY = DeliveryMetrics()
+
+
+class QueueCollector:
+    """Queue gauges computed at scrape time with the cheap queries of `HealthRepository`."""
+
+    def __init__(self, repository_factory) -> None:
+        self._repository_factory = repository_factory
+
+    def collect(self):
+        from django.utils import timezone
+
+        from monitoring.repositories import DatabaseUnavailable
+        from monitoring.services import worker_live_window_s
+
+        now = timezone.now()
+        try:
+            snapshot = self._repository_factory().queue_snapshot(
+                now=now, workers_seen_since=now - timedelta(seconds=worker_live_window_s())
+            )
+        except DatabaseUnavailable:
+            yield GaugeMetricFamily(
+                "notifyqueue_database_up", "1 when PostgreSQL answered this scrape.", value=0
+            )
+            return
+        yield GaugeMetricFamily(
+            "notifyqueue_database_up", "1 when PostgreSQL answered this scrape.", value=1
+        )
+        depth = GaugeMetricFamily(
+            "notifyqueue_queue_depth",
+            "Notifications waiting or held by an operator, by status and priority (exact).",
+            labels=["status", "priority"],
+        )
+        for (status, priority), count in sorted(snapshot.depth.items()):
+            depth.add_metric([status, priority], count)
+        yield depth
+        estimated = GaugeMetricFamily(
+            "notifyqueue_notifications_estimated",
+            "Rows in the final statuses SENT, CANCELLED and SUPPRESSED, estimated from "
+            "planner statistics (no count is run).",
+            labels=["status"],
+        )
+        for status, count in sorted(snapshot.final_estimates.items()):
+            estimated.add_metric([status], count)
+        yield estimated
+        yield GaugeMetricFamily(
+            "notifyqueue_queue_oldest_overdue_seconds",
+            "How long the longest-due PENDING notification has been due (0 when none is).",
+            value=snapshot.oldest_overdue_s,
+        )
+        yield GaugeMetricFamily(
+            "notifyqueue_dead_letter_size",
+            "Notifications in DEAD_LETTERED, waiting for an operator.",
+            value=snapshot.dead_lettered,
+        )
+        backlog = GaugeMetricFamily(
+            "notifyqueue_webhook_backlog",
+            "Webhook events not yet delivered or given up, by state.",
+            labels=["state"],
+        )
+        for state, count in sorted(snapshot.webhook_backlog.items()):
+            backlog.add_metric([state], count)
+        yield backlog
+        yield GaugeMetricFamily(
+            "notifyqueue_webhook_oldest_overdue_seconds",
+            "How long the longest-due PENDING webhook event has been due (0 when none is).",
+            value=snapshot.webhook_oldest_overdue_s,
+        )
+        yield GaugeMetricFamily(
+            "notifyqueue_workers_live",
+            "Workers whose heartbeat is recent and that have not stopped.",
+            value=snapshot.workers_live,
+        )
+
+
+def queue_registry_build() -> CollectorRegistry:
+    from monitoring.repositories import HealthRepository
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(HealthRepository))
+    return registry

@@ -1,0 +1,76 @@
+-- What /status and /metrics read. Each query is bounded by a partial index or by planner
+-- statistics, never by the size of the notification table: finished rows (SENT above all)
+-- outnumber waiting ones by orders of magnitude and are never counted row by row.
+
+-- name: database_ping
+SELECT 1;
+
+-- name: queue_depth
+-- Exact counts for the statuses an operator acts on, by priority.
+-- PENDING: index-only scan of notification_pending_claim (priority, ...) WHERE PENDING.
+-- PROCESSING: notification_claim_expiry WHERE PROCESSING; at most workers x batch rows.
+-- FAILED, DEAD_LETTERED: index-only scan of notification_operator_queue, which includes
+-- priority.
+SELECT 'PENDING' AS status, priority, count(*)
+  FROM notification WHERE status = 'PENDING' GROUP BY priority
+UNION ALL
+SELECT 'PROCESSING', priority, count(*)
+  FROM notification WHERE status = 'PROCESSING' GROUP BY priority
+UNION ALL
+SELECT 'FAILED', priority, count(*)
+  FROM notification WHERE status = 'FAILED' GROUP BY priority
+UNION ALL
+SELECT 'DEAD_LETTERED', priority, count(*)
+  FROM notification WHERE status = 'DEAD_LETTERED' GROUP BY priority;
+
+-- name: final_status_estimates
+-- SENT, CANCELLED and SUPPRESSED are estimated, not counted: the planner's row estimate for
+-- the table (pg_class.reltuples) times each status's share in pg_stats (kept by ANALYZE and
+-- autovacuum). A status too rare to be among the most common values has no row here.
+SELECT s.status, greatest(0, round(s.freq * c.reltuples))::bigint
+  FROM pg_class AS c
+ CROSS JOIN LATERAL (
+        SELECT unnest(st.most_common_vals::text::text[]) AS status,
+               unnest(st.most_common_freqs) AS freq
+          FROM pg_stats AS st
+         WHERE st.schemaname = current_schema()
+           AND st.tablename = 'notification'
+           AND st.attname = 'status'
+       ) AS s
+ WHERE c.oid = 'notification'::regclass
+   AND s.status IN ('SENT', 'CANCELLED', 'SUPPRESSED');
+
+-- name: pending_oldest_due
+-- The longest-due PENDING row: one probe of notification_pending_claim per priority (the
+-- same shape as the worker's claim), stopping at the first row that is due.
+SELECT min(head.due_at)
+  FROM (VALUES (0), (1), (2), (3)) AS p(priority)
+ CROSS JOIN LATERAL (
+        SELECT due_at
+          FROM notification
+         WHERE status = 'PENDING' AND priority = p.priority AND due_at <= %(now)s
+         ORDER BY due_at
+         LIMIT 1
+       ) AS head;
+
+-- name: webhook_backlog
+-- Each count reads one partial index (webhook_event_due, webhook_event_claim_expiry).
+SELECT 'PENDING' AS state, count(*) FROM webhook_event WHERE state = 'PENDING'
+UNION ALL
+SELECT 'DELIVERING', count(*) FROM webhook_event WHERE state = 'DELIVERING';
+
+-- name: webhook_oldest_due
+SELECT min(next_attempt_at)
+  FROM webhook_event
+ WHERE state = 'PENDING' AND next_attempt_at <= %(now)s;
+
+-- name: workers_live
+-- worker_heartbeat has one row per worker process ever started: small.
+SELECT count(*), max(last_seen_at)
+  FROM worker_heartbeat
+ WHERE stopped_at IS NULL AND last_seen_at >= %(since)s;
+
+-- name: table_row_estimate
+-- The planner's row estimate for a table (kept by ANALYZE and autovacuum), for admin lists
+-- that must not COUNT(*) millions of rows. -1 means the table was never analysed.
+SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s);

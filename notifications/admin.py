@@ -1,0 +1,319 @@
+"""The operator's console: the notification list (the dead-letter queue is one click on the
+status filter), each notification with its attempts and webhook events, and the retry and
+cancel actions.
+
+The actions call the same services as the API (`notification_retry`, `notification_cancel`),
+so the rules live in one place; each needs its own permission, reports what changed and why
+the rest did not, and leaves a log entry per changed notification. Nothing here edits a
+notification directly: status, claim, attempts and timing move only through the queue's
+guarded statements, so every field is read-only.
+
+The list is built for a table of millions of rows: no full count (estimated-count paginator,
+no "show all" count), filters and the default order served by indexes, clients fetched in
+the same query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections import Counter
+
+from django.contrib import admin, messages
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from delivery.models import DeliveryAttempt
+from monitoring.paginators import EstimatedCountPaginator
+from notifications import services
+from notifications.models import Notification
+from webhooks.models import WebhookEvent
+
+# One admin action changes at most this many rows, one guarded write each; a larger clean-up
+# is the bulk endpoint's or the retry_notifications command's job.
+ACTION_LIMIT = 1000
+
+ATTEMPT_FIELDS = (
+    "number",
+    "channel",
+    "worker",
+    "started_at",
+    "finished_at",
+    "outcome",
+    "error",
+    "provider_message_id",
+)
+WEBHOOK_FIELDS = (
+    "event_link",
+    "status",
+    "state",
+    "delivery_attempts",
+    "last_status_code",
+    "last_error",
+    "next_attempt_at",
+    "delivered_at",
+)
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class DeliveryAttemptInline(ReadOnlyInline):
+    model = DeliveryAttempt
+    fields = ATTEMPT_FIELDS
+    readonly_fields = ATTEMPT_FIELDS
+    ordering = ("started_at", "id")
+    verbose_name_plural = "delivery attempts"
+
+
+class WebhookEventInline(ReadOnlyInline):
+    model = WebhookEvent
+    fields = WEBHOOK_FIELDS
+    readonly_fields = WEBHOOK_FIELDS
+    ordering = ("created_at",)
+    verbose_name_plural = "webhook events"
+
+    @admin.display(description="event")
+    def event_link(self, event: WebhookEvent) -> str:
+        url = reverse("admin:webhooks_webhookevent_change", args=[event.pk])
+        return format_html('<a href="{}">{}</a>', url, event.pk)
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "status",
+        "channel",
+        "recipient_short",
+        "priority_name",
+        "client",
+        "attempts",
+        "operator_retries",
+        "due_at",
+        "created_at",
+        "last_error_short",
+    )
+    list_filter = ("status", "channel", "priority", "client", "created_at")
+    list_select_related = ("client",)
+    # The order of the indexes notification_recent, notification_client_list and
+    # notification_operator_queue, so each filter reads its index in order.
+    ordering = ("-created_at", "-id")
+    sortable_by = ("created_at",)
+    search_fields = ("=id", "=recipient", "=idempotency_key")
+    search_help_text = "An exact notification id, recipient or idempotency key."
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    list_per_page = 100
+    actions = ["retry_selected", "cancel_selected"]
+    inlines = [DeliveryAttemptInline, WebhookEventInline]
+    fieldsets = (
+        (None, {"fields": ("id", "client", "status", "channel", "recipient", "priority_name")}),
+        ("Content", {"fields": ("subject", "body", "metadata", "user_id", "template", "payload")}),
+        (
+            "Delivery",
+            {
+                "fields": (
+                    "attempt_count",
+                    "max_attempts",
+                    "last_error_display",
+                    "sent_at",
+                    "send_at",
+                    "due_at",
+                    "fallback_channels",
+                )
+            },
+        ),
+        (
+            "Operator retries",
+            {"fields": ("operator_retries", "last_retried_at", "last_retried_by")},
+        ),
+        ("Claim", {"fields": ("claim_token", "claimed_by", "claim_expires_at")}),
+        (
+            "Request",
+            {"fields": ("idempotency_key", "request_fingerprint", "created_at", "updated_at")},
+        ),
+    )
+    readonly_fields = (
+        "id",
+        "client",
+        "status",
+        "channel",
+        "recipient",
+        "priority_name",
+        "subject",
+        "body",
+        "metadata",
+        "user_id",
+        "template",
+        "payload",
+        "attempt_count",
+        "max_attempts",
+        "last_error_display",
+        "sent_at",
+        "send_at",
+        "due_at",
+        "fallback_channels",
+        "operator_retries",
+        "last_retried_at",
+        "last_retried_by",
+        "claim_token",
+        "claimed_by",
+        "claim_expires_at",
+        "idempotency_key",
+        "request_fingerprint",
+        "created_at",
+        "updated_at",
+    )
+
+    # --- read-only: the queue's statements are the only writers -----------------------------
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # Deleting would take the attempts and webhook events with it; rows are the record.
+        return False
+
+    def has_retry_permission(self, request) -> bool:
+        return request.user.has_perm("notifications.retry_notification")
+
+    def has_cancel_permission(self, request) -> bool:
+        return request.user.has_perm("notifications.cancel_notification")
+
+    # --- the list ---------------------------------------------------------------------------
+
+    def get_search_results(self, request, queryset, search_term):
+        """Exact matches only, each served by an index (the primary key, the recipient's hash
+        index, the idempotency key's index); Django's default `=` search compares
+        case-insensitively, which no index serves."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(recipient=term) | Q(idempotency_key=term)
+        with contextlib.suppress(ValueError):
+            match |= Q(id=uuid.UUID(term))
+        return queryset.filter(match), False
+
+    @admin.display(description="recipient")
+    def recipient_short(self, obj: Notification) -> str:
+        return obj.recipient if len(obj.recipient) <= 60 else obj.recipient[:57] + "..."
+
+    @admin.display(description="priority")
+    def priority_name(self, obj: Notification) -> str:
+        return obj.get_priority_display()
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: Notification) -> str:
+        return f"{obj.attempt_count}/{obj.max_attempts}"
+
+    @admin.display(description="last error")
+    def last_error_short(self, obj: Notification) -> str:
+        error = obj.last_error or ""
+        return error if len(error) <= 80 else error[:77] + "..."
+
+    @admin.display(description="last error")
+    def last_error_display(self, obj: Notification) -> str:
+        if not obj.last_error:
+            return "-"
+        return format_html('<pre style="white-space: pre-wrap">{}</pre>', obj.last_error)
+
+    # --- actions ----------------------------------------------------------------------------
+
+    @admin.action(
+        description="Retry selected notifications (FAILED or DEAD_LETTERED)",
+        permissions=["retry"],
+    )
+    def retry_selected(self, request, queryset):
+        selected = self._selection(request, queryset)
+        if selected is None:
+            return
+        operator = f"admin:{request.user.get_username()}"
+        changed, refused = [], Counter()
+        for notification_id, _ in selected:
+            try:
+                services.notification_retry(
+                    notification_id=notification_id, operator=operator, now=timezone.now()
+                )
+            except services.NotificationNotRetryable as refusal:
+                refused[refusal.fields["status"][0]] += 1
+            except services.NotificationNotFound:
+                refused["gone"] += 1
+            else:
+                changed.append(notification_id)
+        self._log_and_report(
+            request,
+            changed=changed,
+            refused=refused,
+            verb="Retried",
+            log_message="Retried: back to PENDING with a fresh set of attempts.",
+            rule="only FAILED or DEAD_LETTERED notifications can be retried",
+        )
+
+    @admin.action(
+        description="Cancel selected notifications (PENDING only)", permissions=["cancel"]
+    )
+    def cancel_selected(self, request, queryset):
+        selected = self._selection(request, queryset)
+        if selected is None:
+            return
+        changed, refused = [], Counter()
+        for notification_id, client_id in selected:
+            try:
+                # The API's cancel, on behalf of the notification's owner.
+                services.notification_cancel(
+                    notification_id=notification_id, client_id=client_id, now=timezone.now()
+                )
+            except services.NotificationNotCancellable as refusal:
+                refused[refusal.fields["status"][0]] += 1
+            except services.NotificationNotFound:
+                refused["gone"] += 1
+            else:
+                changed.append(notification_id)
+        self._log_and_report(
+            request,
+            changed=changed,
+            refused=refused,
+            verb="Cancelled",
+            log_message="Cancelled.",
+            rule="only PENDING notifications can be cancelled",
+        )
+
+    def _selection(self, request, queryset) -> list[tuple[uuid.UUID, uuid.UUID]] | None:
+        selected = list(queryset.order_by().values_list("id", "client_id")[: ACTION_LIMIT + 1])
+        if len(selected) > ACTION_LIMIT:
+            self.message_user(
+                request,
+                f"At most {ACTION_LIMIT} notifications per action; nothing was changed. For "
+                "more, use POST /api/v1/notifications/retry or manage.py retry_notifications.",
+                messages.ERROR,
+            )
+            return None
+        return selected
+
+    def _log_and_report(self, request, *, changed, refused, verb, log_message, rule) -> None:
+        for notification in Notification.objects.filter(id__in=changed):
+            self.log_change(request, notification, log_message)
+        text = f"{verb} {len(changed)} notification(s)."
+        if refused:
+            why = ", ".join(f"{count} {status}" for status, count in sorted(refused.items()))
+            text += f" Not changed: {why} ({rule})."
+        level = messages.SUCCESS if changed and not refused else messages.WARNING
+        self.message_user(request, text, level)

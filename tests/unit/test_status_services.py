@@ -1,0 +1,119 @@
+"""The /status decision with an in-memory health source: no database is touched here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from monitoring.repositories import DatabaseUnavailable, QueueSnapshot
+from monitoring.services import StatusThresholds, status_report
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+THRESHOLDS = StatusThresholds(worker_live_window_s=15, max_overdue_s=2)
+
+
+@dataclass
+class FakeHealth:
+    snapshot: QueueSnapshot = field(default_factory=QueueSnapshot)
+    pending_migrations: list[str] = field(default_factory=list)
+    down: bool = False
+    fails_after_ping: bool = False
+    circuits: list | None = None
+    asked_since: datetime | None = None
+
+    def ping(self) -> None:
+        if self.down:
+            raise DatabaseUnavailable("connection refused")
+
+    def migrations_pending(self) -> list[str]:
+        if self.fails_after_ping:
+            raise DatabaseUnavailable("server closed the connection unexpectedly")
+        return self.pending_migrations
+
+    def queue_snapshot(self, *, now, workers_seen_since) -> QueueSnapshot:
+        self.asked_since = workers_seen_since
+        return self.snapshot
+
+    def circuits_open(self):
+        return self.circuits
+
+
+def report(source: FakeHealth):
+    return status_report(source=source, now=NOW, thresholds=THRESHOLDS)
+
+
+def test_a_quiet_queue_with_no_worker_is_healthy():
+    result = report(FakeHealth())
+    assert result.healthy
+    assert result.body["status"] == "ok"
+    assert result.body["reasons"] == []
+    assert "circuits" not in result.body
+
+
+def test_no_live_worker_while_work_is_overdue_is_degraded():
+    result = report(FakeHealth(QueueSnapshot(oldest_overdue_s=30, workers_live=0)))
+    assert not result.healthy
+    assert result.body["status"] == "degraded"
+    assert result.body["reasons"] == [
+        "no live worker (none seen in the last 15s) while PENDING work is overdue by 30s"
+    ]
+
+
+def test_overdue_work_with_a_live_worker_is_not_a_reason():
+    assert report(FakeHealth(QueueSnapshot(oldest_overdue_s=30, workers_live=1))).healthy
+
+
+def test_work_overdue_by_less_than_the_threshold_is_not_a_reason():
+    assert report(FakeHealth(QueueSnapshot(oldest_overdue_s=1.5, workers_live=0))).healthy
+
+
+def test_workers_are_live_only_if_seen_within_the_window():
+    source = FakeHealth()
+    report(source)
+    assert (NOW - source.asked_since).total_seconds() == 15
+
+
+def test_an_unreachable_database_is_degraded_with_the_reason():
+    result = report(FakeHealth(down=True))
+    assert not result.healthy
+    assert result.body["database"] == {"reachable": False, "error": "connection refused"}
+    assert result.body["reasons"] == ["database unreachable: connection refused"]
+
+
+def test_a_database_failing_in_the_middle_of_the_check_is_degraded_not_an_exception():
+    result = report(FakeHealth(fails_after_ping=True))
+    assert not result.healthy
+    assert result.body["reasons"][0].startswith("database error during the check")
+
+
+def test_pending_migrations_are_degraded_and_named():
+    result = report(FakeHealth(pending_migrations=["notifications.0003_operator_retry"]))
+    assert not result.healthy
+    assert result.body["migrations"] == {
+        "applied": False,
+        "pending": ["notifications.0003_operator_retry"],
+    }
+    assert result.body["reasons"] == [
+        "1 migration(s) not applied: notifications.0003_operator_retry"
+    ]
+
+
+def test_the_body_reports_depth_dead_letters_webhooks_and_circuits_once_they_exist():
+    snapshot = QueueSnapshot(
+        depth={("PENDING", "HIGH"): 3, ("PENDING", "LOW"): 2, ("DEAD_LETTERED", "NORMAL"): 7},
+        final_estimates={"SENT": 1_000_000},
+        oldest_overdue_s=0.25,
+        webhook_backlog={"PENDING": 4, "DELIVERING": 1},
+        webhook_oldest_overdue_s=2.0,
+        workers_live=2,
+    )
+    body = report(FakeHealth(snapshot, circuits=[{"provider": "email", "state": "open"}])).body
+    assert body["queue"] == {
+        "depth": {"PENDING": 5, "PROCESSING": 0, "FAILED": 0, "DEAD_LETTERED": 7},
+        "estimated_final": {"SENT": 1_000_000},
+        "oldest_overdue_seconds": 0.25,
+        "dead_lettered": 7,
+    }
+    assert body["webhooks"] == {"pending": 4, "delivering": 1, "oldest_overdue_seconds": 2.0}
+    assert body["workers"]["live"] == 2
+    assert body["circuits"] == [{"provider": "email", "state": "open"}]
