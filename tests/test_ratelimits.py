@@ -97,11 +97,19 @@ def test_twelve_due_with_limit_ten_sends_ten_and_defers_two_to_the_exact_free_mo
     client = ClientFactory()
     for _ in range(12):
         NotificationFactory(client=client, recipient="ada@example.com")
+    from prometheus_client import REGISTRY
+
+    def deferrals():
+        labels = {"channel": "email"}
+        return REGISTRY.get_sample_value("notifyqueue_rate_limit_deferrals_total", labels) or 0
+
+    before = deferrals()
     worker = limited_worker(clock)
     workers(worker)
     step_until_idle(worker)
 
     assert Notification.objects.filter(status=Status.SENT).count() == 10
+    assert deferrals() - before == 2
     waiting = list(Notification.objects.filter(status=Status.PENDING).order_by("due_at"))
     assert len(waiting) == 2
     oldest = [r.at for r in RecipientDelivery.objects.order_by("at")[:2]]
