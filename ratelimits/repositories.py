@@ -58,21 +58,24 @@ class RateLimitRepository:
             "recipient": recipient,
             "notification_id": notification_id,
             "claim_token": claim_token,
+            "critical": critical,
             "now": now,
             "limit": limit,
             "window_s": window_s,
         }
-        with transaction.atomic(), connection.cursor() as cursor:
-            if not critical:
-                cursor.execute(SQL["ratelimit_lock"], params)
-                cursor.execute(SQL["ratelimit_count"], params)
-                (count,) = cursor.fetchone()
-                if count >= limit:
-                    cursor.execute(SQL["ratelimit_defer"], params)
-                    row = cursor.fetchone()
-                    return Deferred(row[0]) if row else ClaimLost()
-            cursor.execute(SQL["ratelimit_record"], params)
-            return Admitted()
+        with connection.cursor() as cursor:
+            cursor.execute(SQL["ratelimit_admit"], params)
+            if cursor.fetchone()[0]:
+                return Admitted()
+            # At the limit. Check again inside a transaction, whose advisory lock then stays
+            # held until the deferral (computed from what is committed now) is written.
+            with transaction.atomic():
+                cursor.execute(SQL["ratelimit_admit"], params)
+                if cursor.fetchone()[0]:
+                    return Admitted()
+                cursor.execute(SQL["ratelimit_defer"], params)
+                row = cursor.fetchone()
+        return Deferred(row[0]) if row else ClaimLost()
 
     def ratelimit_prune(self, *, now: datetime, window_s: float, limit: int = 10_000) -> int:
         with connection.cursor() as cursor:

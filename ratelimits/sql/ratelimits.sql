@@ -1,24 +1,13 @@
 -- The per-recipient rolling window. `RateLimitRepository` is the only user of these statements.
 -- Everything that checks a recipient's count runs under that recipient's transaction-level
--- advisory lock, so two workers never both take the last slot; other recipients hash to other
--- locks and are not blocked.
+-- advisory lock (taken inside ratelimit_admit()), so two workers never both take the last
+-- slot; other recipients hash to other locks and are not blocked.
 
--- name: ratelimit_lock
-SELECT pg_advisory_xact_lock(hashtextextended(%(recipient)s, 1870))
-
--- name: ratelimit_count
--- Also forgets this recipient's deliveries that have left the window.
-WITH forgotten AS (
-    DELETE FROM ratelimit_delivery
-    WHERE recipient = %(recipient)s AND at <= %(now)s - make_interval(secs => %(window_s)s)
-)
-SELECT count(*)
-FROM ratelimit_delivery
-WHERE recipient = %(recipient)s AND at > %(now)s - make_interval(secs => %(window_s)s)
-
--- name: ratelimit_record
-INSERT INTO ratelimit_delivery (recipient, at, notification_id, claim_token)
-VALUES (%(recipient)s, %(now)s, %(notification_id)s, %(claim_token)s)
+-- name: ratelimit_admit
+-- Lock, forget what left the window, count, and record if under the limit (CRITICAL: record
+-- without a check). The function is in migration ratelimits 0002. True when admitted.
+SELECT ratelimit_admit(%(recipient)s, %(now)s, %(notification_id)s, %(claim_token)s,
+                       %(limit)s, %(window_s)s, %(critical)s)
 
 -- name: ratelimit_defer
 -- The recipient is at its limit. Gives the claimed row back (PENDING, attempt returned), due
@@ -47,11 +36,14 @@ WITH recent AS (
       AND n.status IN ('PENDING', 'PROCESSING')
       AND NOT EXISTS (SELECT 1 FROM ratelimit_delivery AS d WHERE d.claim_token = n.claim_token)
 ), schedule AS (
+    -- A row whose slot has no delivery behind it (one was deleted since the count: a failed
+    -- attempt frees its slot without taking the lock) is due now and simply checked again.
     SELECT w.id,
            greatest(w.due_at,
-                    s.at + make_interval(secs => %(window_s)s * (w.j / %(limit)s + 1))) AS due_at
+                    coalesce(s.at + make_interval(secs => %(window_s)s * (w.j / %(limit)s + 1)),
+                             %(now)s)) AS due_at
     FROM waiting AS w
-    JOIN slot AS s ON s.k = w.j %% %(limit)s
+    LEFT JOIN slot AS s ON s.k = w.j %% %(limit)s
 ), others AS (
     UPDATE notification AS n
     SET due_at = sc.due_at, updated_at = %(now)s
