@@ -24,10 +24,12 @@ from datetime import datetime
 import psycopg
 from django.db import connection
 
+from delivery.circuits.services import Circuit, CircuitPolicy, Refused, circuits_register
 from delivery.models import Outcome
-from delivery.providers.base import Message, Provider, TemporaryFailure
+from delivery.providers.base import Message, Provider, ProviderResult, TemporaryFailure
 from delivery.repositories import Claim, DeliveryRepository, Finish
-from delivery.services import RetryPolicy, attempt_finish, claim_release
+from delivery.services import RetryPolicy, Router, attempt_finish, claim_recheck, claim_release
+from preferences.services import PreferenceRouter
 from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
 from ratelimits.services import RateLimit, recipient_admit
 
@@ -56,6 +58,8 @@ class WorkerConfig:
     heartbeat_s: float = 5.0
     # None switches the per-recipient limit off (tests of other behaviour use this).
     rate_limit: RateLimit | None = None
+    # None switches the per-provider circuit breakers off (likewise).
+    circuit: CircuitPolicy | None = None
 
 
 class DeliveryPool:
@@ -132,6 +136,7 @@ class Worker:
         repository: DeliveryRepository | None = None,
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
+        router: Router | None = None,
     ) -> None:
         from django.utils import timezone
 
@@ -143,6 +148,13 @@ class Worker:
         self.clock = clock or timezone.now
         self.rng = rng or random.Random()
         self.rate_limits = RateLimitRepository()
+        self.router = router or PreferenceRouter()
+        # In-app delivery is a row in our own database: there is no provider to isolate.
+        self.circuits = {
+            channel: Circuit(f"{channel}:{provider.name}", config.circuit)
+            for channel, provider in providers.items()
+            if config.circuit and channel != "in_app"
+        }
         self.delivered = 0
         self._stopping = threading.Event()
         self._pool = DeliveryPool(config.concurrency, self._deliver)
@@ -200,6 +212,7 @@ class Worker:
         then gives back unstarted claims, finishes in-flight deliveries and returns."""
         listener = WakeupListener()
         next_maintenance = 0.0
+        circuits_register(list(self.circuits.values()), now=self.clock())
         try:
             while not self._stopping.is_set():
                 if time.monotonic() >= next_maintenance:
@@ -243,6 +256,21 @@ class Worker:
     # --- delivery (runs on pool threads) ---------------------------------------------------
 
     def _deliver(self, claim: Claim) -> Finish | None:
+        if claim.user_id is not None:
+            rechecked = claim_recheck(claim, router=self.router, now=self.clock())
+            if isinstance(rechecked, Finish):
+                log.info(
+                    "preferences changed notification=%s client=%s channel=%s status=%s "
+                    "next_channel=%s worker=%s",
+                    claim.id,
+                    claim.client_id,
+                    claim.channel,
+                    rechecked.status,
+                    rechecked.channel,
+                    self.worker_id,
+                )
+                return rechecked
+            claim = rechecked
         if self.config.rate_limit:
             admission = recipient_admit(
                 claim,
@@ -263,6 +291,30 @@ class Worker:
                         self.worker_id,
                     )
                 return None
+        result = self._send(claim)
+        finish = attempt_finish(
+            claim, result, now=self.clock(), policy=self.policy, rng=self.rng, router=self.router
+        )
+        log.info(
+            "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
+            "status=%s worker=%s",
+            claim.id,
+            claim.client_id,
+            claim.channel,
+            claim.attempt_count,
+            finish.outcome,
+            finish.status,
+            self.worker_id,
+        )
+        return finish
+
+    def _send(self, claim: Claim) -> ProviderResult:
+        """The provider's answer, through the provider's circuit breaker: while the circuit
+        is open the provider is not called and the answer is a TemporaryFailure."""
+        circuit = self.circuits.get(claim.channel)
+        admission = circuit.admit(now=self.clock()) if circuit else None
+        if isinstance(admission, Refused):
+            return TemporaryFailure(admission.reason)
         provider = self.providers[claim.channel]
         message = Message(
             notification_id=claim.id,
@@ -277,19 +329,9 @@ class Worker:
         except Exception as exc:  # a provider bug must not lose the claim's result
             log.exception("provider %s raised for notification=%s", provider.name, claim.id)
             result = TemporaryFailure(f"{provider.name} provider raised {type(exc).__name__}")
-        finish = attempt_finish(claim, result, now=self.clock(), policy=self.policy, rng=self.rng)
-        log.info(
-            "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
-            "status=%s worker=%s",
-            claim.id,
-            claim.client_id,
-            claim.channel,
-            claim.attempt_count,
-            finish.outcome,
-            finish.status,
-            self.worker_id,
-        )
-        return finish
+        if circuit:
+            circuit.record(admission, result, now=self.clock())
+        return result
 
     def _record(self, finishes: list[Finish]) -> int:
         if not finishes:

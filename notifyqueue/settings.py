@@ -29,9 +29,11 @@ INSTALLED_APPS = [
     "clients",
     "notifications",
     "delivery",
+    "delivery.circuits",
     "webhooks",
     "ratelimits",
     "templates",
+    "preferences",
 ]
 
 MIDDLEWARE = [
@@ -107,6 +109,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Channels appear in notifications, templates and preferences: one enum for all of them.
+    "ENUM_NAME_OVERRIDES": {"ChannelEnum": "notifications.models.Channel.values"},
     # The ApiKey security scheme comes from clients/schema.py.
 }
 

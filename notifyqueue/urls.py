@@ -8,4 +8,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/v1/", include("delivery.urls")),
     path("api/v1/", include("notifications.urls")),
+    path("api/v1/", include("templates.urls")),
+    path("api/v1/", include("preferences.urls")),
 ]
