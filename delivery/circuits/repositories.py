@@ -86,13 +86,13 @@ class CircuitRepository:
         self._execute("circuit_failed", name=name, threshold=threshold, now=now)
 
     @staticmethod
-    def _fetch(name: str, **params: Any) -> list[tuple]:
+    def _fetch(query: str, /, **params: Any) -> list[tuple]:
         with connection.cursor() as cursor:
-            cursor.execute(SQL[name], params)
+            cursor.execute(SQL[query], params)
             return cursor.fetchall()
 
     @staticmethod
-    def _execute(name: str, **params: Any) -> int:
+    def _execute(query: str, /, **params: Any) -> int:
         with connection.cursor() as cursor:
-            cursor.execute(SQL[name], params)
+            cursor.execute(SQL[query], params)
             return cursor.rowcount
