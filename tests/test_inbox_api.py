@@ -95,3 +95,47 @@ def test_another_clients_message_cannot_be_listed_or_marked_read(api, make_clien
     owner.credentials(HTTP_AUTHORIZATION=f"Api-Key {other_key}")
     assert owner.post(f"/api/v1/users/u-2/inbox/{theirs.id}/read").status_code == 404  # wrong user
     assert owner.post(f"/api/v1/users/u-1/inbox/{theirs.id}/read").status_code == 200
+
+
+def test_inbox_page_reads_the_users_index_newest_first_without_a_scan(acme):
+    from django.db import connection
+
+    from preferences.repositories import SQL
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH n AS (
+                INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                    channel, recipient, subject, body, priority, metadata, fallback_channels,
+                    status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                    created_at, updated_at)
+                SELECT gen_random_uuid(), %(client)s, 'bulk-' || g, '', 'in_app', 'u-' || g %% 50,
+                    '', 'b', 2, '{}', '[]', 'SENT', now(), now(), 1, 6, 0, now(), now()
+                FROM generate_series(1, 5000) AS g
+                RETURNING id, recipient
+            )
+            INSERT INTO inbox_message (id, client_id, user_id, notification_id, subject, body,
+                                       metadata, created_at)
+            SELECT gen_random_uuid(), %(client)s, recipient, id, '', 'b', '{}',
+                   now() - random() * interval '30 days'
+            FROM n
+            """,
+            {"client": acme[0].id},
+        )
+        cursor.execute("ANALYZE inbox_message")
+        for unread_only in (False, True):
+            cursor.execute(
+                "EXPLAIN " + SQL["inbox_page"],
+                {
+                    "client_id": acme[0].id,
+                    "user_id": "u-7",
+                    "unread_only": unread_only,
+                    "after_created_at": timezone.now(),
+                    "after_id": uuid.uuid4(),
+                    "limit": 50,
+                },
+            )
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "inbox_by_user" in plan or "inbox_unread" in plan, plan
+            assert "Seq Scan on inbox_message" not in plan, plan
