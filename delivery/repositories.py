@@ -38,6 +38,11 @@ class Claim:
     priority: int
     attempt_count: int
     max_attempts: int
+    # Preference mode (user_id set): what a send-time re-check or a fallback re-renders from.
+    user_id: str | None = None
+    template: str | None = None
+    payload: dict[str, Any] | None = None
+    fallback_channels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,14 @@ class Finish:
     due_at: datetime | None = None
     # -1 gives the attempt back (the message was never tried); 0 keeps it counted.
     attempt_delta: int = 0
+    # A channel switch (fallback): the row's new channel, address, rendered content and
+    # remaining fallbacks, with its attempts reset to 0. None keeps the current value.
+    channel: str | None = None
+    recipient: str | None = None
+    subject: str | None = None
+    body: str | None = None
+    fallback_channels: tuple[str, ...] | None = None
+    attempt_reset: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,18 @@ class DeliveryRepository:
             claim_timeout_s=claim_timeout_s,
         )
         # Django's cursor hands jsonb back as text (its JSONField decodes it); decode here.
-        return [Claim(*row[:7], json.loads(row[7]), *row[8:]) for row in rows]
+        return [
+            Claim(
+                *row[:7],
+                json.loads(row[7]),
+                *row[8:11],
+                user_id=row[11],
+                template=row[12],
+                payload=None if row[13] is None else json.loads(row[13]),
+                fallback_channels=tuple(json.loads(row[14])),
+            )
+            for row in rows
+        ]
 
     def notification_finish(self, finishes: list[Finish], *, now: datetime) -> dict[uuid.UUID, str]:
         """Applies results; returns the rows it changed. A stale token is simply absent."""
@@ -98,6 +122,15 @@ class DeliveryRepository:
             message_ids=[f.message_id for f in finishes],
             due_ats=[f.due_at for f in finishes],
             attempt_deltas=[f.attempt_delta for f in finishes],
+            attempt_resets=[f.attempt_reset for f in finishes],
+            channels=[f.channel for f in finishes],
+            recipients=[f.recipient for f in finishes],
+            subjects=[f.subject for f in finishes],
+            bodies=[f.body for f in finishes],
+            fallbacks=[
+                None if f.fallback_channels is None else json.dumps(list(f.fallback_channels))
+                for f in finishes
+            ],
         )
         return dict(rows)
 

@@ -2,16 +2,23 @@
 
 Invariants decided here:
 - a temporary failure retries after exponential backoff with jitter, until the channel's
-  attempts are used up, then the notification is dead-lettered;
-- a permanent rejection fails the notification at once;
+  attempts are used up; then the notification moves to its next usable fallback channel
+  (re-rendered, attempts reset, due now) and is dead-lettered only when none is left;
+- a permanent rejection moves to the next usable fallback too, and fails the notification
+  when there is none;
+- a preference-mode notification (one with a user id) is re-checked before every send: a
+  channel the user no longer allows is never sent on; the notification moves to the next
+  allowed fallback, or is SUPPRESSED when none is left, without using an attempt;
 - a claim given back unstarted (shutdown) returns its attempt and keeps its due time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from delivery.models import Outcome
 from delivery.providers.base import Accepted, PermanentFailure, ProviderResult, TemporaryFailure
@@ -31,6 +38,49 @@ class RetryPolicy:
         return min(rng.uniform(low, 2 * low), self.max_s)
 
 
+@dataclass(frozen=True)
+class Route:
+    """A channel a preference-mode notification may go out on now, with what to send there."""
+
+    channel: str
+    recipient: str
+    subject: str
+    body: str
+    # What is left to try after this channel, in the user's order.
+    fallback_channels: tuple[str, ...]
+
+
+class Router(Protocol):
+    """Reads a user's current preferences (and templates) for the worker."""
+
+    def route_current(self, claim: Claim) -> Route | None:
+        """The claim's own channel, at the user's current address, if still allowed."""
+
+    def route_next(self, claim: Claim) -> Route | None:
+        """The first of the claim's fallbacks allowed now, rendered for it; None if none is."""
+
+
+def claim_recheck(claim: Claim, *, router: Router, now: datetime) -> Claim | Finish:
+    """Before a preference-mode send: the claim to send (at the user's current address), or
+    the Finish that moves it to a fallback or SUPPRESSED. Nothing is sent in the latter case,
+    so the attempt is given back (a switch resets the count anyway)."""
+    current = router.route_current(claim)
+    if current is not None:
+        return dataclasses.replace(claim, recipient=current.recipient)
+    reason = f"{claim.channel} is no longer allowed by the user's preferences"
+    switch = router.route_next(claim)
+    if switch is None:
+        return Finish(
+            claim.id,
+            claim.claim_token,
+            Status.SUPPRESSED,
+            Outcome.RELEASED,
+            error=f"suppressed: {reason} and no fallback channel is",
+            attempt_delta=-1,
+        )
+    return _switch(claim, switch, Outcome.RELEASED, f"{reason}; switched to {switch.channel}", now)
+
+
 def attempt_finish(
     claim: Claim,
     result: ProviderResult,
@@ -38,24 +88,45 @@ def attempt_finish(
     now: datetime,
     policy: RetryPolicy,
     rng: random.Random,
+    router: Router | None = None,
 ) -> Finish:
-    """Turns a provider's answer into the row's next state."""
+    """Turns a provider's answer into the row's next state. `router` is asked for a fallback
+    only when this channel is done with (rejected, or out of attempts) and fallbacks remain."""
+
+    def fallback() -> Route | None:
+        return router.route_next(claim) if router and claim.fallback_channels else None
+
     match result:
         case Accepted(message_id):
             return Finish(
-                claim.id, claim.claim_token, Status.SENT, Outcome.SENT, message_id=message_id
+                claim.id,
+                claim.claim_token,
+                Status.SENT,
+                Outcome.SENT,
+                message_id=message_id,
+                recipient=_recipient(claim),
             )
         case PermanentFailure(error):
+            if switch := fallback():
+                return _switch(claim, switch, Outcome.PERMANENT_FAILURE, error, now)
             return Finish(
-                claim.id, claim.claim_token, Status.FAILED, Outcome.PERMANENT_FAILURE, error=error
+                claim.id,
+                claim.claim_token,
+                Status.FAILED,
+                Outcome.PERMANENT_FAILURE,
+                error=error,
+                recipient=_recipient(claim),
             )
         case TemporaryFailure(error) if claim.attempt_count >= claim.max_attempts:
+            if switch := fallback():
+                return _switch(claim, switch, Outcome.TEMPORARY_FAILURE, error, now)
             return Finish(
                 claim.id,
                 claim.claim_token,
                 Status.DEAD_LETTERED,
                 Outcome.TEMPORARY_FAILURE,
                 error=error,
+                recipient=_recipient(claim),
             )
         case TemporaryFailure(error):
             delay = policy.delay_s(claim.attempt_count, rng)
@@ -66,8 +137,33 @@ def attempt_finish(
                 Outcome.TEMPORARY_FAILURE,
                 error=error,
                 due_at=now + timedelta(seconds=delay),
+                recipient=_recipient(claim),
             )
     raise TypeError(f"not a provider result: {result!r}")
+
+
+def _switch(claim: Claim, route: Route, outcome: str, error: str, now: datetime) -> Finish:
+    """Moves the row to `route`'s channel: PENDING, due now, attempts reset to 0."""
+    return Finish(
+        claim.id,
+        claim.claim_token,
+        Status.PENDING,
+        outcome,
+        error=error,
+        due_at=now,
+        channel=route.channel,
+        recipient=route.recipient,
+        subject=route.subject,
+        body=route.body,
+        fallback_channels=route.fallback_channels,
+        attempt_reset=True,
+    )
+
+
+def _recipient(claim: Claim) -> str | None:
+    """A preference-mode claim's address as the re-check found it (the user may have changed
+    it while the notification waited); None keeps the stored one."""
+    return claim.recipient if claim.user_id is not None else None
 
 
 def claim_release(claim: Claim) -> Finish:

@@ -24,11 +24,13 @@ from datetime import datetime
 import psycopg
 from django.db import DatabaseError, connection
 
+from delivery.circuits.services import Circuit, CircuitPolicy, Refused, circuits_register
 from delivery.models import Outcome
-from delivery.providers.base import Message, Provider, TemporaryFailure
+from delivery.providers.base import Message, Provider, ProviderResult, TemporaryFailure
 from delivery.repositories import Claim, DeliveryRepository, Finish
-from delivery.services import RetryPolicy, attempt_finish, claim_release
+from delivery.services import RetryPolicy, Router, attempt_finish, claim_recheck, claim_release
 from monitoring.metrics import DELIVERY as metrics
+from preferences.services import PreferenceRouter
 from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
 from ratelimits.services import RateLimit, recipient_admit
 
@@ -57,6 +59,8 @@ class WorkerConfig:
     heartbeat_s: float = 5.0
     # None switches the per-recipient limit off (tests of other behaviour use this).
     rate_limit: RateLimit | None = None
+    # None switches the per-provider circuit breakers off (likewise).
+    circuit: CircuitPolicy | None = None
 
 
 class DeliveryPool:
@@ -133,6 +137,7 @@ class Worker:
         repository: DeliveryRepository | None = None,
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
+        router: Router | None = None,
     ) -> None:
         from django.utils import timezone
 
@@ -144,6 +149,13 @@ class Worker:
         self.clock = clock or timezone.now
         self.rng = rng or random.Random()
         self.rate_limits = RateLimitRepository()
+        self.router = router or PreferenceRouter()
+        # In-app delivery is a row in our own database: there is no provider to isolate.
+        self.circuits = {
+            channel: Circuit(f"{channel}:{provider.name}", config.circuit)
+            for channel, provider in providers.items()
+            if config.circuit and channel != "in_app"
+        }
         self.delivered = 0
         self._unrecorded: list[Finish] = []
         self._next_maintenance = 0.0
@@ -204,6 +216,7 @@ class Worker:
         database connection is logged and retried, never fatal."""
         listener = WakeupListener()
         self._next_maintenance = 0.0
+        circuits_register(list(self.circuits.values()), now=self.clock())
         try:
             while not self._stopping.is_set():
                 try:
@@ -272,6 +285,21 @@ class Worker:
     # --- delivery (runs on pool threads) ---------------------------------------------------
 
     def _deliver(self, claim: Claim) -> Finish | None:
+        if claim.user_id is not None:
+            rechecked = claim_recheck(claim, router=self.router, now=self.clock())
+            if isinstance(rechecked, Finish):
+                log.info(
+                    "preferences changed notification=%s client=%s channel=%s status=%s "
+                    "next_channel=%s worker=%s",
+                    claim.id,
+                    claim.client_id,
+                    claim.channel,
+                    rechecked.status,
+                    rechecked.channel,
+                    self.worker_id,
+                )
+                return rechecked
+            claim = rechecked
         if self.config.rate_limit:
             admission = recipient_admit(
                 claim,
@@ -294,6 +322,31 @@ class Worker:
                     )
                 return None
         started = time.monotonic()
+        result = self._send(claim)
+        finish = attempt_finish(
+            claim, result, now=self.clock(), policy=self.policy, rng=self.rng, router=self.router
+        )
+        metrics.attempt_finished(claim, finish, duration_s=time.monotonic() - started)
+        log.info(
+            "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
+            "status=%s worker=%s",
+            claim.id,
+            claim.client_id,
+            claim.channel,
+            claim.attempt_count,
+            finish.outcome,
+            finish.status,
+            self.worker_id,
+        )
+        return finish
+
+    def _send(self, claim: Claim) -> ProviderResult:
+        """The provider's answer, through the provider's circuit breaker: while the circuit
+        is open the provider is not called and the answer is a TemporaryFailure."""
+        circuit = self.circuits.get(claim.channel)
+        admission = circuit.admit(now=self.clock()) if circuit else None
+        if isinstance(admission, Refused):
+            return TemporaryFailure(admission.reason)
         provider = self.providers[claim.channel]
         message = Message(
             notification_id=claim.id,
@@ -308,20 +361,9 @@ class Worker:
         except Exception as exc:  # a provider bug must not lose the claim's result
             log.exception("provider %s raised for notification=%s", provider.name, claim.id)
             result = TemporaryFailure(f"{provider.name} provider raised {type(exc).__name__}")
-        finish = attempt_finish(claim, result, now=self.clock(), policy=self.policy, rng=self.rng)
-        metrics.attempt_finished(claim, finish, duration_s=time.monotonic() - started)
-        log.info(
-            "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
-            "status=%s worker=%s",
-            claim.id,
-            claim.client_id,
-            claim.channel,
-            claim.attempt_count,
-            finish.outcome,
-            finish.status,
-            self.worker_id,
-        )
-        return finish
+        if circuit:
+            circuit.record(admission, result, now=self.clock())
+        return result
 
     def _record(self, finishes: list[Finish]) -> int:
         """Applies results in one statement. If the database is unreachable they are kept and

@@ -135,10 +135,17 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     )
     metadata = serializers.DictField(required=False, help_text="Any JSON object; echoed back.")
     template = serializers.CharField(
-        required=False, max_length=255, help_text="An event name (templates: a later release)."
+        required=False,
+        max_length=255,
+        help_text="An event name: renders your template for (event, channel) with `payload`.",
     )
     payload = serializers.DictField(required=False, help_text="Fills the template's slots.")
-    user_id = serializers.CharField(required=False, max_length=USER_ID_MAX_LENGTH)
+    user_id = serializers.CharField(
+        required=False,
+        max_length=USER_ID_MAX_LENGTH,
+        help_text="Preference mode (with template and payload, without channel and "
+        "recipient): the user's preferences choose the channel, its address and fallbacks.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
@@ -164,6 +171,12 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
             for name in ("channel", "recipient"):
                 if name not in attrs:
                     errors[name] = ["This field is required."]
+            # A user id means "as this user's preferences allow", which direct addressing
+            # would bypass; the worker re-checks every notification that names a user.
+            if "user_id" in attrs and "template" in attrs:
+                errors["user_id"] = ["Preference mode takes no channel or recipient."]
+            elif "user_id" in attrs:
+                errors["user_id"] = ["Preference mode needs a template and payload."]
         if "channel" in attrs and "recipient" in attrs:
             problem = recipient_problem(attrs["channel"], attrs["recipient"])
             if problem:
@@ -288,7 +301,7 @@ class ErrorOutput(serializers.Serializer):
 
 
 class BatchResultOutput(serializers.Serializer):
-    status = serializers.ChoiceField(choices=[200, 201, 400, 409])
+    status = serializers.ChoiceField(choices=[200, 201, 400, 409, 422])
     notification = NotificationOutput(required=False)
     error = ErrorDetail(required=False)
 

@@ -133,7 +133,8 @@ class TemplateRenderer(Protocol):
 
 
 class NoTemplates:
-    """The renderer until the templates app exists: every template name is unknown."""
+    """The renderer when none is given: every template name is unknown. The API passes
+    `preferences.services.NotificationContent`, which renders real templates."""
 
     def render(self, *, client_id: uuid.UUID, request: NotificationRequest) -> RenderedContent:
         raise UnknownTemplate(request.template or "")
@@ -280,6 +281,15 @@ def notification_create(
 ) -> CreateResult:
     """Creates the notification, or answers with the one this key already created."""
     repository = repository or NotificationRepository()
+    # A replay is answered even when the backlog is full, and before rendering: the template
+    # or the user's preferences may have changed since, and a replay must still answer as the
+    # first request did. This read is only a shortcut; the insert below still decides if two
+    # requests race past it.
+    existing = repository.get_by_idempotency_key(
+        client_id=client_id, idempotency_key=idempotency_key
+    )
+    if existing is not None:
+        return _replay(existing=existing, fingerprint=notification_request_fingerprint(request))
     new = _notification_prepare(
         client_id=client_id,
         idempotency_key=idempotency_key,
@@ -288,13 +298,6 @@ def notification_create(
         max_attempts=settings.NOTIFYQUEUE_MAX_ATTEMPTS if max_attempts is None else max_attempts,
         now=now,
     )
-    # A replay is answered even when the backlog is full; this read is only a shortcut; the
-    # insert below still decides if two requests race past it.
-    existing = repository.get_by_idempotency_key(
-        client_id=client_id, idempotency_key=idempotency_key
-    )
-    if existing is not None:
-        return _replay(existing=existing, fingerprint=new.request_fingerprint)
     limit = settings.NOTIFYQUEUE_CLIENT_MAX_PENDING if max_pending is None else max_pending
     client_backlog_check(client_id=client_id, limit=limit, repository=repository)
     return _insert(new=new, now=now, repository=repository)
@@ -326,15 +329,27 @@ def notification_batch_create(
             outcomes.append(BatchOutcome(http_status=item.http_status, error=item))
             continue
         try:
-            new = _notification_prepare(
-                client_id=client_id,
-                idempotency_key=item.idempotency_key,
-                request=item.request,
-                renderer=renderer,
-                max_attempts=attempts,
-                now=now,
-            )
-            result = _insert(new=new, now=now, repository=repository)
+            try:
+                new = _notification_prepare(
+                    client_id=client_id,
+                    idempotency_key=item.idempotency_key,
+                    request=item.request,
+                    renderer=renderer,
+                    max_attempts=attempts,
+                    now=now,
+                )
+            except DomainError:
+                # The key may already hold this request from before the template or the
+                # preferences changed: a replay answers as the first request did.
+                existing = repository.get_by_idempotency_key(
+                    client_id=client_id, idempotency_key=item.idempotency_key
+                )
+                if existing is None:
+                    raise
+                fingerprint = notification_request_fingerprint(item.request)
+                result = _replay(existing=existing, fingerprint=fingerprint)
+            else:
+                result = _insert(new=new, now=now, repository=repository)
         except DomainError as error:
             outcomes.append(BatchOutcome(http_status=error.http_status, error=error))
             continue

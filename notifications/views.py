@@ -28,6 +28,7 @@ from notifications.serializers import (
     NotificationOutput,
 )
 from notifyqueue.errors import InvalidRequest, error_body
+from preferences.services import NotificationContent
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -107,8 +108,12 @@ class NotificationCollectionView(APIView):
             "Give `subject`/`body` (at most 64 KiB of UTF-8) and `send_at` (with an offset) or "
             "`delay_seconds`, or neither for now. `channel` and `priority` are case-insensitive. "
             "Unknown fields are rejected with 400, so a misspelt field never goes unnoticed. "
-            "`template` is accepted in the shape but no templates exist yet: 400 "
-            "`unknown_template`."
+            "Instead of `subject`/`body`, `template` (an event name) plus `payload` renders "
+            "your template for the channel; an unknown template or a placeholder the payload "
+            "does not fill is a 400 naming it. Preference mode: `user_id` + `template` + "
+            "`payload` and no `channel`/`recipient`; the user's preferences choose the channel "
+            "and its address, later usable channels become `fallback_channels`, and 422 names "
+            "each channel's reason when none is usable."
         ),
         parameters=[IDEMPOTENCY_KEY],
         request=NotificationCreateInput,
@@ -120,6 +125,10 @@ class NotificationCollectionView(APIView):
             400: OpenApiResponse(ErrorOutput, description="Invalid; nothing was created."),
             401: ERROR_UNAUTHENTICATED,
             409: OpenApiResponse(ErrorOutput, description="The key was used for another request."),
+            422: OpenApiResponse(
+                ErrorOutput,
+                description="Preference mode: no channel of the user can carry this event.",
+            ),
             429: OpenApiResponse(
                 ErrorOutput,
                 description="Your PENDING backlog is over its limit; see Retry-After.",
@@ -127,6 +136,30 @@ class NotificationCollectionView(APIView):
         },
         examples=[
             OpenApiExample("An email for a set time", value=EXAMPLE_REQUEST, request_only=True),
+            OpenApiExample(
+                "From a template, by the user's preferences",
+                value={
+                    "user_id": "u-1",
+                    "template": "order_shipped",
+                    "payload": {"name": "Ada", "order": "A-17"},
+                },
+                request_only=True,
+            ),
+            _error_example(
+                "Placeholder not filled",
+                "missing_placeholders",
+                "The payload does not fill {order} of the email template 'order_shipped'.",
+                {"payload": ["Missing placeholder: order"]},
+                400,
+            ),
+            _error_example(
+                "No usable channel",
+                "no_usable_channel",
+                "No channel can carry 'order_shipped' to user 'u-1' (push: opted out; "
+                "email: no address).",
+                {"push": ["opted_out"], "email": ["no_address"]},
+                422,
+            ),
             OpenApiExample(
                 "An SMS in ten minutes",
                 value={
@@ -170,6 +203,7 @@ class NotificationCollectionView(APIView):
             idempotency_key=key,
             request=payload.to_request(),
             now=timezone.now(),
+            renderer=NotificationContent(),
         )
         return Response(
             NotificationOutput(result.notification).data,
@@ -458,7 +492,10 @@ class NotificationBatchView(APIView):
             else:
                 items.append(_invalid(item))
         outcomes = services.notification_batch_create(
-            client_id=request.user.id, items=items, now=timezone.now()
+            client_id=request.user.id,
+            items=items,
+            now=timezone.now(),
+            renderer=NotificationContent(),
         )
         return Response({"results": [_batch_result(outcome) for outcome in outcomes]})
 

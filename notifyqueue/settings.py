@@ -29,10 +29,12 @@ INSTALLED_APPS = [
     "clients",
     "notifications",
     "delivery",
+    "delivery.circuits",
     "webhooks",
     "ratelimits",
     "templates",
     "monitoring",
+    "preferences",
 ]
 
 MIDDLEWARE = [
@@ -112,6 +114,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Channels appear in notifications, templates and preferences: one enum for all of them.
+    "ENUM_NAME_OVERRIDES": {"ChannelEnum": "notifications.models.Channel.values"},
     # The ApiKey security scheme comes from clients/schema.py.
 }
 

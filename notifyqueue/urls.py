@@ -9,4 +9,6 @@ urlpatterns = [
     path("api/v1/", include("delivery.urls")),
     path("api/v1/", include("notifications.urls")),
     path("", include("monitoring.urls")),
+    path("api/v1/", include("templates.urls")),
+    path("api/v1/", include("preferences.urls")),
 ]

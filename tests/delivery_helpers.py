@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from django.utils import timezone
 
+from delivery.circuits.services import CircuitPolicy
 from delivery.providers.in_app import InAppProvider
 from delivery.providers.simulated import SimulatedProvider
 from delivery.services import RetryPolicy
@@ -48,6 +49,7 @@ def worker_build(
     claim_timeout_s: float = 30.0,
     policy: RetryPolicy | None = None,
     worker_id: str | None = None,
+    circuit: CircuitPolicy | None = None,
 ) -> Worker:
     return Worker(
         providers=providers or simulated_providers(),
@@ -57,6 +59,7 @@ def worker_build(
             claim_timeout_s=claim_timeout_s,
             poll_interval_s=0.05,
             heartbeat_s=0.2,
+            circuit=circuit,
         ),
         policy=policy or RetryPolicy(base_s=0.5, max_s=60.0),
         clock=clock,

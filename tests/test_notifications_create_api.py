@@ -224,10 +224,11 @@ def test_template_answers_unknown_template_naming_it(api):
     assert Notification.objects.count() == 0
 
 
-def test_preference_mode_shape_reaches_the_template_check(api):
+def test_preference_mode_for_a_user_without_preferences_answers_422(api):
     response = post(api, {"user_id": "u-1", "template": "welcome", "payload": {}})
-    assert response.status_code == 400
-    assert response.json()["error"]["code"] == "unknown_template"
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "no_preferences"
+    assert Notification.objects.count() == 0
 
 
 def test_backlog_over_the_limit_answers_429_with_retry_after(api, acme, settings):

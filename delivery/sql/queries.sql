@@ -34,13 +34,14 @@ WITH due AS (
     FROM due
     WHERE n.id = due.id
     RETURNING n.id, n.claim_token, n.client_id, n.channel, n.recipient, n.subject, n.body,
-              n.metadata, n.priority, n.due_at, n.created_at, n.attempt_count, n.max_attempts
+              n.metadata, n.priority, n.due_at, n.created_at, n.attempt_count, n.max_attempts,
+              n.user_id, n.template, n.payload, n.fallback_channels
 ), attempt AS (
     INSERT INTO delivery_attempt (notification_id, claim_token, number, channel, worker, started_at)
     SELECT id, claim_token, attempt_count, channel, %(worker)s, %(now)s FROM claimed
 )
 SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, priority,
-       attempt_count, max_attempts
+       attempt_count, max_attempts, user_id, template, payload, fallback_channels
 FROM claimed
 ORDER BY priority, due_at, created_at;
 
@@ -49,18 +50,29 @@ ORDER BY priority, due_at, created_at;
 -- rows whose token no longer matches (the claim expired and was taken over) are left alone.
 -- In-app messages reach the inbox in this same statement. Final statuses also get their
 -- webhook event here, from the trigger on notification (see migration delivery 0002).
+-- A fallback switch (channel and content non-null, attempt_reset true) moves the row to its
+-- next channel with its attempts reset; the finished attempt row keeps the old channel, so
+-- the history shows both.
 WITH result AS (
     SELECT *
     FROM unnest(
         %(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[], %(outcomes)s::text[],
         %(errors)s::text[], %(message_ids)s::text[], %(due_ats)s::timestamptz[],
-        %(attempt_deltas)s::int[]
-    ) AS r(id, claim_token, status, outcome, error, message_id, due_at, attempt_delta)
+        %(attempt_deltas)s::int[], %(attempt_resets)s::boolean[], %(channels)s::text[],
+        %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(fallbacks)s::text[]
+    ) AS r(id, claim_token, status, outcome, error, message_id, due_at, attempt_delta,
+           attempt_reset, channel, recipient, subject, body, fallback_channels)
 ), finished AS (
     UPDATE notification AS n
     SET status = r.status,
         due_at = coalesce(r.due_at, n.due_at),
-        attempt_count = n.attempt_count + r.attempt_delta,
+        attempt_count = CASE WHEN r.attempt_reset THEN 0
+                             ELSE n.attempt_count + r.attempt_delta END,
+        channel = coalesce(r.channel, n.channel),
+        recipient = coalesce(r.recipient, n.recipient),
+        subject = coalesce(r.subject, n.subject),
+        body = coalesce(r.body, n.body),
+        fallback_channels = coalesce(r.fallback_channels::jsonb, n.fallback_channels),
         last_error = CASE WHEN r.error IS NOT NULL THEN r.error ELSE n.last_error END,
         sent_at = CASE WHEN r.status = 'SENT' THEN %(now)s ELSE n.sent_at END,
         claim_token = NULL,

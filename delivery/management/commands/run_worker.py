@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from prometheus_client import start_http_server
 
+from delivery.circuits.services import CircuitPolicy
 from delivery.providers import providers_from_settings
 from delivery.services import RetryPolicy
 from delivery.worker import Worker, WorkerConfig
@@ -54,6 +55,12 @@ class Command(BaseCommand):
                 rate_limit=RateLimit(
                     limit=settings.NOTIFYQUEUE_RATE_LIMIT,
                     window_s=settings.NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS,
+                ),
+                circuit=CircuitPolicy(
+                    threshold=settings.NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD,
+                    cooldown_s=settings.NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS,
+                    # A probe unanswered for twice the provider timeout lost its worker.
+                    probe_timeout_s=2 * settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS,
                 ),
             ),
             policy=RetryPolicy(

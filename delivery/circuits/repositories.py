@@ -1,0 +1,98 @@
+"""The circuit breakers' database access: the only code that runs `sql/circuits.sql`.
+
+Invariants protected here:
+- at most one probe per circuit is ever out at a time, across all workers and processes: it
+  is handed out by one conditional UPDATE that only one caller can win;
+- only the holder of the current probe token moves a circuit out of HALF_OPEN;
+- the consecutive-failure count is updated under the row lock, so concurrent failures are
+  all counted and exactly one of them opens the circuit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+from notifyqueue.sqlfile import queries_load
+
+SQL = queries_load(Path(__file__).with_name("sql") / "circuits.sql")
+
+
+@dataclass(frozen=True)
+class CircuitRecord:
+    """What /status, /metrics and the admin show of one circuit."""
+
+    name: str
+    state: str
+    consecutive_failures: int
+    opened_at: datetime | None
+
+
+@dataclass(frozen=True)
+class CircuitReading:
+    """What a worker needs to decide whether it may call the provider."""
+
+    state: str
+    consecutive_failures: int
+    opened_at: datetime | None
+    probe_expires_at: datetime | None
+
+
+def circuits_list() -> list[CircuitRecord]:
+    """Every provider's circuit, by name (for /status, /metrics and operators)."""
+    with connection.cursor() as cursor:
+        cursor.execute(SQL["circuits_list"])
+        return [CircuitRecord(*row) for row in cursor.fetchall()]
+
+
+class CircuitRepository:
+    def register(self, *, names: list[str], now: datetime) -> None:
+        """Makes sure each named circuit has a row (CLOSED when new), so all are listed."""
+        self._execute("circuit_register", names=names, now=now)
+
+    def read(self, *, name: str) -> CircuitReading | None:
+        rows = self._fetch("circuit_read", name=name)
+        return CircuitReading(*rows[0]) if rows else None
+
+    def probe_take(
+        self, *, name: str, now: datetime, cooldown_s: float, probe_timeout_s: float
+    ) -> uuid.UUID | None:
+        """The probe token if this caller won the probe; None if another caller holds it or
+        the cooldown has not passed."""
+        rows = self._fetch(
+            "circuit_probe_take",
+            name=name,
+            now=now,
+            cooldown_s=cooldown_s,
+            probe_timeout_s=probe_timeout_s,
+        )
+        return rows[0][0] if rows else None
+
+    def probe_finished(self, *, name: str, token: uuid.UUID, failed: bool, now: datetime) -> bool:
+        """Closes (or, when `failed`, reopens) the circuit; False when the token is no longer
+        the current probe's (it expired and was taken over)."""
+        statement = "circuit_probe_failed" if failed else "circuit_probe_succeeded"
+        return self._execute(statement, name=name, token=token, now=now) == 1
+
+    def succeeded(self, *, name: str, now: datetime) -> None:
+        self._execute("circuit_succeeded", name=name, now=now)
+
+    def failed(self, *, name: str, threshold: int, now: datetime) -> None:
+        self._execute("circuit_failed", name=name, threshold=threshold, now=now)
+
+    @staticmethod
+    def _fetch(query: str, /, **params: Any) -> list[tuple]:
+        with connection.cursor() as cursor:
+            cursor.execute(SQL[query], params)
+            return cursor.fetchall()
+
+    @staticmethod
+    def _execute(query: str, /, **params: Any) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(SQL[query], params)
+            return cursor.rowcount

@@ -1,0 +1,96 @@
+"""The circuit breaker's rules: when a provider may be called, and what its answer does.
+
+Invariants decided here:
+- CLOSED lets every call through; NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD temporary failures in
+  a row open the circuit;
+- OPEN fails fast: the provider is not called, and the caller gets a TemporaryFailure (so the
+  attempt is retried, and fallback can take over when the channel runs out of attempts);
+- once NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS have passed, one probe call goes through (one for
+  all workers: the repository hands it out); its success closes the circuit and its failure
+  opens it again for another cooldown;
+- only temporary failures count: a permanent rejection is a provider that answered, so it
+  ends a failure run like a success.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from delivery.circuits.models import CircuitState
+from delivery.circuits.repositories import CircuitReading, CircuitRepository
+from delivery.providers.base import ProviderResult, TemporaryFailure
+
+
+@dataclass(frozen=True)
+class CircuitPolicy:
+    threshold: int
+    cooldown_s: float
+    # A probe not reported back within this long (its worker died) may be taken over.
+    probe_timeout_s: float
+
+
+@dataclass(frozen=True)
+class Allowed:
+    # Set when this call is the circuit's probe; its result decides the circuit's state.
+    probe_token: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+
+
+def circuit_probe_due(reading: CircuitReading, *, now: datetime, policy: CircuitPolicy) -> bool:
+    """Whether an OPEN circuit's cooldown (or a HALF_OPEN circuit's probe) has run out."""
+    if reading.state == CircuitState.OPEN:
+        return now - reading.opened_at >= timedelta(seconds=policy.cooldown_s)
+    if reading.state == CircuitState.HALF_OPEN:
+        return reading.probe_expires_at <= now
+    return False
+
+
+def circuits_register(
+    circuits: list[Circuit], *, now: datetime, repository: CircuitRepository | None = None
+) -> None:
+    """Gives each circuit its row, so every provider is listed before any of them fails."""
+    if circuits:
+        (repository or CircuitRepository()).register(names=[c.name for c in circuits], now=now)
+
+
+class Circuit:
+    """One provider's breaker, as one worker sees it; the state itself is in PostgreSQL."""
+
+    def __init__(
+        self, name: str, policy: CircuitPolicy, repository: CircuitRepository | None = None
+    ) -> None:
+        self.name = name
+        self.policy = policy
+        self.repository = repository or CircuitRepository()
+
+    def admit(self, *, now: datetime) -> Allowed | Refused:
+        reading = self.repository.read(name=self.name)
+        if reading is None or reading.state == CircuitState.CLOSED:
+            return Allowed()
+        if circuit_probe_due(reading, now=now, policy=self.policy):
+            token = self.repository.probe_take(
+                name=self.name,
+                now=now,
+                cooldown_s=self.policy.cooldown_s,
+                probe_timeout_s=self.policy.probe_timeout_s,
+            )
+            if token is not None:
+                return Allowed(probe_token=token)
+        return Refused(f"circuit open: {self.name} is failing; the provider was not called")
+
+    def record(self, admission: Allowed, result: ProviderResult, *, now: datetime) -> None:
+        failed = isinstance(result, TemporaryFailure)
+        if admission.probe_token is not None:
+            self.repository.probe_finished(
+                name=self.name, token=admission.probe_token, failed=failed, now=now
+            )
+        elif failed:
+            self.repository.failed(name=self.name, threshold=self.policy.threshold, now=now)
+        else:
+            self.repository.succeeded(name=self.name, now=now)

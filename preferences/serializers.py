@@ -1,0 +1,111 @@
+"""The preferences and inbox API's shapes. Addresses are checked like a create's recipients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from notifications.models import Channel
+from notifications.serializers import RejectUnknownFieldsMixin, recipient_problem
+from preferences.services import INBOX_PAGE_SIZE_DEFAULT, INBOX_PAGE_SIZE_MAX, PreferencesInput
+from templates.models import EVENT_MAX_LENGTH
+
+
+def _unique(values: list[str], name: str) -> list[str]:
+    if len(set(values)) != len(values):
+        raise serializers.ValidationError(f"Each {name} at most once.")
+    return values
+
+
+class PreferencesBody(RejectUnknownFieldsMixin, serializers.Serializer):
+    channels = serializers.ListField(
+        child=serializers.ChoiceField(choices=Channel.values),
+        max_length=len(Channel.values),
+        help_text="In order of preference; later channels are the fallbacks.",
+    )
+    addresses = serializers.DictField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Address per channel, checked like a create's recipient. in_app needs none: "
+        "its address is the user id.",
+    )
+    muted_events = serializers.ListField(
+        child=serializers.CharField(max_length=EVENT_MAX_LENGTH), required=False, max_length=1000
+    )
+    disabled_channels = serializers.ListField(
+        child=serializers.ChoiceField(choices=Channel.values),
+        required=False,
+        max_length=len(Channel.values),
+    )
+
+    def validate_channels(self, value: list[str]) -> list[str]:
+        return _unique(value, "channel")
+
+    def validate_muted_events(self, value: list[str]) -> list[str]:
+        return _unique(value, "event")
+
+    def validate_disabled_channels(self, value: list[str]) -> list[str]:
+        return _unique(value, "channel")
+
+    def validate_addresses(self, value: dict[str, str]) -> dict[str, str]:
+        errors: dict[str, list[str]] = {}
+        for channel, address in value.items():
+            if channel not in Channel.values:
+                errors[channel] = [f"Not a channel: one of {', '.join(Channel.values)}."]
+            elif problem := recipient_problem(channel, address):
+                errors[channel] = [problem]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+    def to_input(self) -> PreferencesInput:
+        data = self.validated_data
+        return PreferencesInput(
+            channels=data["channels"],
+            addresses=data.get("addresses", {}),
+            muted_events=data.get("muted_events", []),
+            disabled_channels=data.get("disabled_channels", []),
+        )
+
+
+class PreferencesOutput(serializers.Serializer):
+    user_id = serializers.CharField()
+    channels = serializers.ListField(child=serializers.CharField())
+    addresses = serializers.DictField(child=serializers.CharField())
+    muted_events = serializers.ListField(child=serializers.CharField())
+    disabled_channels = serializers.ListField(child=serializers.CharField())
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class InboxQuery(RejectUnknownFieldsMixin, serializers.Serializer):
+    unread = serializers.BooleanField(
+        required=False, default=False, help_text="true: only messages not yet read."
+    )
+    cursor = serializers.CharField(required=False, help_text="From `next`.")
+    page_size = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=INBOX_PAGE_SIZE_MAX,
+        default=INBOX_PAGE_SIZE_DEFAULT,
+    )
+
+
+class InboxMessageOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    notification_id = serializers.UUIDField()
+    subject = serializers.CharField()
+    body = serializers.CharField()
+    metadata = serializers.DictField()
+    created_at = serializers.DateTimeField()
+    read = serializers.SerializerMethodField()
+    read_at = serializers.DateTimeField(allow_null=True)
+
+    def get_read(self, message: Any) -> bool:
+        return message.read_at is not None
+
+
+class InboxPageOutput(serializers.Serializer):
+    next = serializers.URLField(allow_null=True)
+    results = InboxMessageOutput(many=True)

@@ -1,0 +1,39 @@
+-- The preferences app's SQL: users' preferences and the in-app inbox (its table is written
+-- by the delivery worker's finish statement; this app reads it and marks messages read).
+
+-- name: preferences_upsert
+-- A PUT replaces the whole document in one statement; `xmax = 0` tells a create from a
+-- replacement.
+INSERT INTO user_preferences AS p (id, client_id, user_id, channels, addresses, muted_events,
+                                   disabled_channels, created_at, updated_at)
+VALUES (gen_random_uuid(), %(client_id)s, %(user_id)s, %(channels)s::jsonb,
+        %(addresses)s::jsonb, %(muted_events)s::jsonb, %(disabled_channels)s::jsonb,
+        %(now)s, %(now)s)
+ON CONFLICT ON CONSTRAINT user_preferences_client_user DO UPDATE
+SET channels = excluded.channels, addresses = excluded.addresses,
+    muted_events = excluded.muted_events, disabled_channels = excluded.disabled_channels,
+    updated_at = excluded.updated_at
+RETURNING p.client_id, p.user_id, p.channels, p.addresses, p.muted_events, p.disabled_channels,
+          p.created_at, p.updated_at, (p.xmax = 0) AS created;
+
+-- name: inbox_page
+-- Newest first, by keyset on (created_at, id) after the cursor's position; served by the
+-- index inbox_by_user (client_id, user_id, created_at DESC). Reads limit + 1 rows to tell
+-- whether another page follows.
+SELECT id, notification_id, subject, body, metadata, created_at, read_at
+FROM inbox_message
+WHERE client_id = %(client_id)s
+  AND user_id = %(user_id)s
+  AND (NOT %(unread_only)s OR read_at IS NULL)
+  AND (%(after_created_at)s::timestamptz IS NULL
+       OR (created_at, id) < (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s + 1;
+
+-- name: inbox_message_read
+-- Idempotent: a message read twice keeps the time it was first read. Scoped to the client
+-- and the user, so another client's message id matches nothing (404).
+UPDATE inbox_message
+   SET read_at = coalesce(read_at, %(now)s)
+ WHERE id = %(id)s AND client_id = %(client_id)s AND user_id = %(user_id)s
+RETURNING id, notification_id, subject, body, metadata, created_at, read_at;

@@ -1,0 +1,77 @@
+"""The only code that reads or writes message templates.
+
+Invariants protected here:
+- a PUT is one upsert on the (client, event, channel) unique constraint, so concurrent PUTs
+  leave exactly one template, the last one written;
+- reads are scoped to a client: one client never sees another's templates.
+
+Everything returned is a frozen dataclass (or a dict of them), never a QuerySet.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
+
+from django.db import connection
+
+from notifyqueue.sqlfile import queries_load
+from templates.models import MessageTemplate
+
+SQL = queries_load(Path(__file__).with_name("sql") / "templates.sql")
+
+
+@dataclass(frozen=True)
+class TemplateRecord:
+    client_id: uuid.UUID
+    event: str
+    channel: str
+    subject: str
+    body: str
+    created_at: datetime
+    updated_at: datetime
+
+
+RECORD_FIELDS = tuple(f.name for f in fields(TemplateRecord))
+
+
+class TemplateRepository:
+    def upsert(
+        self,
+        *,
+        client_id: uuid.UUID,
+        event: str,
+        channel: str,
+        subject: str,
+        body: str,
+        now: datetime,
+    ) -> tuple[TemplateRecord, bool]:
+        """Creates or replaces the template; the flag is True when it was created."""
+        params = {
+            "client_id": client_id,
+            "event": event,
+            "channel": channel,
+            "subject": subject,
+            "body": body,
+            "now": now,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(SQL["template_upsert"], params)
+            *values, created = cursor.fetchone()
+        return TemplateRecord(*values), created
+
+    def get(self, *, client_id: uuid.UUID, event: str, channel: str) -> TemplateRecord | None:
+        found = self.get_many(client_id=client_id, event=event, channels=[channel])
+        return found.get(channel)
+
+    def get_many(
+        self, *, client_id: uuid.UUID, event: str, channels: Iterable[str]
+    ) -> dict[str, TemplateRecord]:
+        """The client's templates for `event` on any of `channels`, by channel."""
+        rows = MessageTemplate.objects.filter(
+            client_id=client_id, event=event, channel__in=list(channels)
+        ).values(*RECORD_FIELDS)
+        return {row["channel"]: TemplateRecord(**row) for row in rows}

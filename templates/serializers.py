@@ -1,0 +1,38 @@
+"""The templates API's shapes. Syntax and size rules live in templates/services.py."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from notifications.models import Channel
+from notifications.serializers import RejectUnknownFieldsMixin
+from templates.repositories import TemplateRecord
+from templates.services import template_placeholders
+
+
+class TemplateInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    subject = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="May hold {placeholder} slots. One line for email.",
+    )
+    body = serializers.CharField(
+        trim_whitespace=False,
+        help_text="May hold {placeholder} slots; {{ and }} are literal braces.",
+    )
+
+
+class TemplateOutput(serializers.Serializer):
+    event = serializers.CharField()
+    channel = serializers.ChoiceField(choices=Channel.values)
+    subject = serializers.CharField()
+    body = serializers.CharField()
+    placeholders = serializers.SerializerMethodField(
+        help_text="The slots a create's payload must fill."
+    )
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def get_placeholders(self, template: TemplateRecord) -> list[str]:
+        return template_placeholders(template)
