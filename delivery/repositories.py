@@ -43,6 +43,8 @@ class Claim:
     template: str | None = None
     payload: dict[str, Any] | None = None
     fallback_channels: tuple[str, ...] = ()
+    # After this the row may be reclaimed by another worker: too late to start delivering.
+    claim_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class DeliveryRepository:
                 template=row[12],
                 payload=None if row[13] is None else json.loads(row[13]),
                 fallback_channels=tuple(json.loads(row[14])),
+                claim_expires_at=row[15],
             )
             for row in rows
         ]

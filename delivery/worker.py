@@ -119,7 +119,14 @@ class DeliveryPool:
     def _run(self) -> None:
         try:
             while (claim := self._tasks.get()) is not None:
-                self._done.put(self._deliver(claim))
+                try:
+                    finish = self._deliver(claim)
+                except Exception:
+                    # Unknown whether it was sent: leave the claim to expire and be re-sent
+                    # under the same idempotency key. The thread itself must survive.
+                    log.exception("delivery of notification=%s failed", claim.id)
+                    finish = None
+                self._done.put(finish)
                 if connection.errors_occurred:
                     connection.close_if_unusable_or_obsolete()
         finally:
@@ -285,6 +292,49 @@ class Worker:
     # --- delivery (runs on pool threads) ---------------------------------------------------
 
     def _deliver(self, claim: Claim) -> Finish | None:
+        """One claim, start to finish: the send-time checks, then the provider. Returns the
+        result to record, or None when the row was settled here (a rate-limit deferral) or
+        must not be touched (the claim expired while it waited for a thread)."""
+        if claim.claim_expires_at is not None and self.clock() >= claim.claim_expires_at:
+            log.warning(
+                "claim expired before delivery started notification=%s worker=%s",
+                claim.id,
+                self.worker_id,
+            )
+            return None
+        started = time.monotonic()
+        try:
+            ready = self._prepare(claim)
+        except DatabaseError as exc:
+            # Nothing was sent. A failed attempt, not a release: it backs off, and a row that
+            # breaks the checks every time runs out of attempts instead of looping.
+            log.exception("send-time checks failed notification=%s", claim.id)
+            ready, result = claim, TemporaryFailure(f"send-time checks failed: {exc}")
+        else:
+            if not isinstance(ready, Claim):
+                return ready
+            result = self._send(ready)
+        finish = attempt_finish(
+            ready, result, now=self.clock(), policy=self.policy, rng=self.rng, router=self.router
+        )
+        metrics.attempt_finished(ready, finish, duration_s=time.monotonic() - started)
+        log.info(
+            "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
+            "status=%s worker=%s",
+            ready.id,
+            ready.client_id,
+            ready.channel,
+            ready.attempt_count,
+            finish.outcome,
+            finish.status,
+            self.worker_id,
+        )
+        return finish
+
+    def _prepare(self, claim: Claim) -> Claim | Finish | None:
+        """The user's preferences, then the recipient's rate limit. Returns the claim to send
+        (possibly switched to a fallback channel), a Finish that ends it without sending, or
+        None when the rate limit deferred it."""
         if claim.user_id is not None:
             rechecked = claim_recheck(claim, router=self.router, now=self.clock())
             if isinstance(rechecked, Finish):
@@ -321,30 +371,18 @@ class Worker:
                         self.worker_id,
                     )
                 return None
-        started = time.monotonic()
-        result = self._send(claim)
-        finish = attempt_finish(
-            claim, result, now=self.clock(), policy=self.policy, rng=self.rng, router=self.router
-        )
-        metrics.attempt_finished(claim, finish, duration_s=time.monotonic() - started)
-        log.info(
-            "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
-            "status=%s worker=%s",
-            claim.id,
-            claim.client_id,
-            claim.channel,
-            claim.attempt_count,
-            finish.outcome,
-            finish.status,
-            self.worker_id,
-        )
-        return finish
+        return claim
 
     def _send(self, claim: Claim) -> ProviderResult:
         """The provider's answer, through the provider's circuit breaker: while the circuit
         is open the provider is not called and the answer is a TemporaryFailure."""
         circuit = self.circuits.get(claim.channel)
-        admission = circuit.admit(now=self.clock()) if circuit else None
+        try:
+            admission = circuit.admit(now=self.clock()) if circuit else None
+        except DatabaseError:
+            # The breaker is an optimisation; without its state, call the provider.
+            log.exception("circuit %s unreadable; calling the provider", circuit.name)
+            circuit, admission = None, None
         if isinstance(admission, Refused):
             return TemporaryFailure(admission.reason)
         provider = self.providers[claim.channel]
@@ -362,7 +400,10 @@ class Worker:
             log.exception("provider %s raised for notification=%s", provider.name, claim.id)
             result = TemporaryFailure(f"{provider.name} provider raised {type(exc).__name__}")
         if circuit:
-            circuit.record(admission, result, now=self.clock())
+            try:
+                circuit.record(admission, result, now=self.clock())
+            except DatabaseError:
+                log.exception("circuit %s not updated after a send", circuit.name)
         return result
 
     def _record(self, finishes: list[Finish]) -> int:

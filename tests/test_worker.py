@@ -325,3 +325,71 @@ def test_worker_survives_losing_its_database_connections():
         worker.stop()
         thread.join(timeout=15)
     assert not thread.is_alive()
+
+
+def test_a_claim_that_expired_while_waiting_for_a_thread_is_not_delivered(clock, close_workers):
+    """Rows claimed in a batch wait for a delivery thread; one whose claim expired meanwhile
+    may already belong to another worker, so it is left alone and reclaimed instead."""
+    from delivery.providers.http import HttpProvider
+    from tests.delivery_helpers import LoopbackProvider
+
+    provider = LoopbackProvider(hold=True)
+    url = provider.start()
+    NotificationFactory.create_batch(3, client=ClientFactory())
+    clock.now = timezone.now()
+    worker = worker_build(
+        providers={"email": HttpProvider(url=url, timeout_s=10)},
+        clock=clock,
+        concurrency=1,
+        batch_size=3,
+        claim_timeout_s=30,
+    )
+    close_workers(worker)
+    try:
+        assert worker.run_once().claimed == 3
+        assert provider.received.wait(10)
+        clock.advance(31)  # the two queued claims expire while the first delivery hangs
+        provider.release.set()
+        while worker.run_once(wait_s=0.5).in_flight:
+            pass
+        assert len(provider.calls) == 1
+        assert Notification.objects.filter(status=Status.PROCESSING).count() == 2
+        assert worker.reclaim_expired() == 2
+        drain(worker, clock)
+    finally:
+        provider.stop()
+    assert Notification.objects.filter(status=Status.SENT).count() == 3
+    assert len(provider.calls) == 3  # each sent once
+
+
+def test_a_database_error_in_the_send_time_checks_is_a_failed_attempt_not_a_send(
+    clock, close_workers
+):
+    from django.db import OperationalError
+
+    from ratelimits.services import RateLimit
+
+    class UnreachableRateLimits:
+        def recipient_admit(self, **kwargs):
+            raise OperationalError("server closed the connection unexpectedly")
+
+    notification = NotificationFactory()
+    clock.now = timezone.now()
+    worker = worker_build(clock=clock, concurrency=1)
+    worker.config = type(worker.config)(
+        **{**worker.config.__dict__, "rate_limit": RateLimit(limit=10, window_s=60)}
+    )
+    worker.rate_limits = UnreachableRateLimits()
+    close_workers(worker)
+    assert worker.run_once().claimed == 1
+    worker.stop()  # no further claims: just collect this one
+    while worker.run_once(wait_s=0.5).in_flight:
+        pass
+    notification.refresh_from_db()
+    assert notification.status == Status.PENDING
+    assert notification.attempt_count == 1  # counted, so a row that always fails runs out
+    assert notification.due_at > clock.now  # and it backs off
+    assert "send-time checks failed" in notification.last_error
+    assert not SimulatedProviderMessage.objects.exists()  # never sent
+    outcome = DeliveryAttempt.objects.get(notification=notification).outcome
+    assert outcome == Outcome.TEMPORARY_FAILURE

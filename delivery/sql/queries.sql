@@ -35,13 +35,14 @@ WITH due AS (
     WHERE n.id = due.id
     RETURNING n.id, n.claim_token, n.client_id, n.channel, n.recipient, n.subject, n.body,
               n.metadata, n.priority, n.due_at, n.created_at, n.attempt_count, n.max_attempts,
-              n.user_id, n.template, n.payload, n.fallback_channels
+              n.user_id, n.template, n.payload, n.fallback_channels, n.claim_expires_at
 ), attempt AS (
     INSERT INTO delivery_attempt (notification_id, claim_token, number, channel, worker, started_at)
     SELECT id, claim_token, attempt_count, channel, %(worker)s, %(now)s FROM claimed
 )
 SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, priority,
-       attempt_count, max_attempts, user_id, template, payload, fallback_channels
+       attempt_count, max_attempts, user_id, template, payload, fallback_channels,
+       claim_expires_at
 FROM claimed
 ORDER BY priority, due_at, created_at;
 
