@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 FINAL_STATUSES = ("SENT", "FAILED", "DEAD_LETTERED", "SUPPRESSED")
+CIRCUIT_STATE_VALUES = {"CLOSED": 0, "HALF_OPEN": 1, "OPEN": 2}
 
 NOTIFICATIONS_CREATED = Counter(
     "notifyqueue_notifications_created",
@@ -135,9 +136,11 @@ class QueueCollector:
 
         now = timezone.now()
         try:
-            snapshot = self._repository_factory().queue_snapshot(
+            repository = self._repository_factory()
+            snapshot = repository.queue_snapshot(
                 now=now, workers_seen_since=now - timedelta(seconds=worker_live_window_s())
             )
+            circuits = repository.circuits()
         except DatabaseUnavailable:
             yield GaugeMetricFamily(
                 "notifyqueue_database_up", "1 when PostgreSQL answered this scrape.", value=0
@@ -191,6 +194,22 @@ class QueueCollector:
             "Workers whose heartbeat is recent and that have not stopped.",
             value=snapshot.workers_live,
         )
+        state = GaugeMetricFamily(
+            "notifyqueue_circuit_state",
+            "Each provider's circuit breaker: 0 CLOSED, 1 HALF_OPEN (one probe let through), "
+            "2 OPEN (failing fast).",
+            labels=["circuit"],
+        )
+        failures = GaugeMetricFamily(
+            "notifyqueue_circuit_consecutive_failures",
+            "Consecutive temporary failures counted by each provider's circuit breaker.",
+            labels=["circuit"],
+        )
+        for circuit in circuits:
+            state.add_metric([circuit.name], CIRCUIT_STATE_VALUES[circuit.state])
+            failures.add_metric([circuit.name], circuit.consecutive_failures)
+        yield state
+        yield failures
 
 
 def queue_registry_build() -> CollectorRegistry:

@@ -29,6 +29,14 @@ class DatabaseUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class CircuitReading:
+    name: str
+    state: str
+    consecutive_failures: int
+    opened_at: datetime | None
+
+
+@dataclass(frozen=True)
 class QueueSnapshot:
     # (status, priority name) -> rows, for PENDING, PROCESSING, FAILED and DEAD_LETTERED.
     depth: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -97,13 +105,9 @@ class HealthRepository:
         estimate = rows[0][0] if rows else None
         return None if estimate is None or estimate < 0 else estimate
 
-    def circuits_open(self) -> list[dict[str, Any]] | None:
-        """Open provider circuits, once circuit breakers exist; None until then.
-
-        The circuit breaker (contract: NOTIFYQUEUE_CIRCUIT_*) will read its state from here;
-        /status reports `circuits` only when this returns a list.
-        """
-        return None
+    def circuits(self) -> list[CircuitReading]:
+        """Every provider's circuit breaker and its state."""
+        return [CircuitReading(*row) for row in self._fetch("circuits_all")]
 
     def _fetch(self, name: str, **params: Any) -> list[tuple]:
         try:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from monitoring.repositories import DatabaseUnavailable, QueueSnapshot
+from monitoring.repositories import CircuitReading, DatabaseUnavailable, QueueSnapshot
 
 # A worker heartbeats every NOTIFYQUEUE_HEARTBEAT_SECONDS; missing this many in a row means it
 # is gone (crashed, hung, or its host is down).
@@ -30,7 +30,7 @@ class HealthSource(Protocol):
 
     def queue_snapshot(self, *, now: datetime, workers_seen_since: datetime) -> QueueSnapshot: ...
 
-    def circuits_open(self) -> list[dict[str, Any]] | None: ...
+    def circuits(self) -> list[CircuitReading]: ...
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def status_report(
             reasons.append(f"{len(pending)} migration(s) not applied: {', '.join(pending)}")
         since = now - timedelta(seconds=thresholds.worker_live_window_s)
         snapshot = source.queue_snapshot(now=now, workers_seen_since=since)
-        circuits = source.circuits_open()
+        circuits = source.circuits()
     except DatabaseUnavailable as exc:
         reasons.append(f"database error during the check: {exc}")
         return _report(reasons, body)
@@ -96,8 +96,21 @@ def status_report(
         "delivering": snapshot.webhook_backlog.get("DELIVERING", 0),
         "oldest_overdue_seconds": round(snapshot.webhook_oldest_overdue_s, 3),
     }
-    if circuits is not None:
-        body["circuits"] = circuits
+    # An open circuit is reported, not a reason to be degraded: the breaker is doing its job
+    # and fallback channels take over. Alert on it from /metrics instead.
+    body["circuits"] = {
+        "total": len(circuits),
+        "open": [
+            {
+                "name": c.name,
+                "state": c.state,
+                "consecutive_failures": c.consecutive_failures,
+                "opened_at": _iso(c.opened_at),
+            }
+            for c in circuits
+            if c.state != "CLOSED"
+        ],
+    }
     if snapshot.workers_live == 0 and snapshot.oldest_overdue_s > thresholds.max_overdue_s:
         reasons.append(
             f"no live worker (none seen in the last {thresholds.worker_live_window_s:g}s) "

@@ -197,3 +197,30 @@ def test_worker_serves_its_own_metrics_on_metrics_port(database_url):
         output, _ = worker.communicate(timeout=30)
     assert worker.returncode == 0, output
     assert f"metrics on http://0.0.0.0:{port}/metrics" in output
+
+
+@pytest.mark.django_db
+def test_circuit_state_is_a_gauge_per_provider():
+    import uuid
+
+    from delivery.circuits.models import CircuitBreaker
+
+    now = timezone.now()
+    CircuitBreaker.objects.create(
+        name="push:http", state="OPEN", consecutive_failures=7, opened_at=now, updated_at=now
+    )
+    CircuitBreaker.objects.create(
+        name="email:simulated",
+        state="HALF_OPEN",
+        opened_at=now,
+        probe_token=uuid.uuid4(),
+        probe_expires_at=now,
+        updated_at=now,
+    )
+    CircuitBreaker.objects.create(name="sms:simulated", state="CLOSED", updated_at=now)
+    scraped = scrape()
+    assert value(scraped, "notifyqueue_circuit_state", circuit="push:http") == 2
+    assert value(scraped, "notifyqueue_circuit_state", circuit="email:simulated") == 1
+    assert ("notifyqueue_circuit_state", frozenset({("circuit", "sms:simulated")})) in scraped
+    assert value(scraped, "notifyqueue_circuit_state", circuit="sms:simulated") == 0
+    assert value(scraped, "notifyqueue_circuit_consecutive_failures", circuit="push:http") == 7

@@ -202,3 +202,19 @@ def test_status_counts_do_not_include_sent_rows():
     NotificationFactory(status=Status.SENT)
     _, body = status()
     assert sum(body["queue"]["depth"].values()) == 0
+
+
+def test_open_circuits_are_listed_without_degrading_the_status():
+    from delivery.circuits.models import CircuitBreaker
+
+    now = timezone.now()
+    CircuitBreaker.objects.create(
+        name="email:http", state="OPEN", consecutive_failures=5, opened_at=now, updated_at=now
+    )
+    CircuitBreaker.objects.create(name="sms:simulated", state="CLOSED", updated_at=now)
+    code, body = status()
+    assert code == 200
+    assert body["circuits"]["total"] == 2
+    [open_circuit] = body["circuits"]["open"]
+    assert (open_circuit["name"], open_circuit["state"]) == ("email:http", "OPEN")
+    assert open_circuit["consecutive_failures"] == 5

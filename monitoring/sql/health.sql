@@ -74,3 +74,7 @@ SELECT count(*), max(last_seen_at)
 -- The planner's row estimate for a table (kept by ANALYZE and autovacuum), for admin lists
 -- that must not COUNT(*) millions of rows. -1 means the table was never analysed.
 SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s);
+
+-- name: circuits_all
+-- Every provider's circuit breaker (a handful of rows, one per channel and provider).
+SELECT name, state, consecutive_failures, opened_at FROM circuit_breaker ORDER BY name;

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from monitoring.repositories import DatabaseUnavailable, QueueSnapshot
+from monitoring.repositories import CircuitReading, DatabaseUnavailable, QueueSnapshot
 from monitoring.services import StatusThresholds, status_report
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -18,7 +18,7 @@ class FakeHealth:
     pending_migrations: list[str] = field(default_factory=list)
     down: bool = False
     fails_after_ping: bool = False
-    circuits: list | None = None
+    circuit_readings: list = field(default_factory=list)
     asked_since: datetime | None = None
 
     def ping(self) -> None:
@@ -34,8 +34,8 @@ class FakeHealth:
         self.asked_since = workers_seen_since
         return self.snapshot
 
-    def circuits_open(self):
-        return self.circuits
+    def circuits(self):
+        return self.circuit_readings
 
 
 def report(source: FakeHealth):
@@ -47,7 +47,7 @@ def test_a_quiet_queue_with_no_worker_is_healthy():
     assert result.healthy
     assert result.body["status"] == "ok"
     assert result.body["reasons"] == []
-    assert "circuits" not in result.body
+    assert result.body["circuits"] == {"total": 0, "open": []}
 
 
 def test_no_live_worker_while_work_is_overdue_is_degraded():
@@ -98,7 +98,7 @@ def test_pending_migrations_are_degraded_and_named():
     ]
 
 
-def test_the_body_reports_depth_dead_letters_webhooks_and_circuits_once_they_exist():
+def test_the_body_reports_depth_dead_letters_webhooks_and_open_circuits():
     snapshot = QueueSnapshot(
         depth={("PENDING", "HIGH"): 3, ("PENDING", "LOW"): 2, ("DEAD_LETTERED", "NORMAL"): 7},
         final_estimates={"SENT": 1_000_000},
@@ -107,7 +107,13 @@ def test_the_body_reports_depth_dead_letters_webhooks_and_circuits_once_they_exi
         webhook_oldest_overdue_s=2.0,
         workers_live=2,
     )
-    body = report(FakeHealth(snapshot, circuits=[{"provider": "email", "state": "open"}])).body
+    circuits = [
+        CircuitReading("email:http", "OPEN", 5, NOW),
+        CircuitReading("sms:simulated", "CLOSED", 0, None),
+    ]
+    result = report(FakeHealth(snapshot, circuit_readings=circuits))
+    assert result.healthy  # an open circuit is reported, not a degradation
+    body = result.body
     assert body["queue"] == {
         "depth": {"PENDING": 5, "PROCESSING": 0, "FAILED": 0, "DEAD_LETTERED": 7},
         "estimated_final": {"SENT": 1_000_000},
@@ -116,4 +122,14 @@ def test_the_body_reports_depth_dead_letters_webhooks_and_circuits_once_they_exi
     }
     assert body["webhooks"] == {"pending": 4, "delivering": 1, "oldest_overdue_seconds": 2.0}
     assert body["workers"]["live"] == 2
-    assert body["circuits"] == [{"provider": "email", "state": "open"}]
+    assert body["circuits"] == {
+        "total": 2,
+        "open": [
+            {
+                "name": "email:http",
+                "state": "OPEN",
+                "consecutive_failures": 5,
+                "opened_at": "2026-12-01T12:00:00Z",
+            }
+        ],
+    }
