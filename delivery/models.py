@@ -19,6 +19,10 @@ class Outcome(models.TextChoices):
     # Given back without trying: shutdown, or the recipient's rate limit.
     RELEASED = "RELEASED"
     RATE_LIMITED = "RATE_LIMITED"
+    # Not tried because the user's preferences changed while it waited: moved to a fallback
+    # channel, or no allowed channel was left.
+    REROUTED = "REROUTED"
+    SUPPRESSED = "SUPPRESSED"
 
 
 class DeliveryAttempt(models.Model):

@@ -74,11 +74,11 @@ def claim_recheck(claim: Claim, *, router: Router, now: datetime) -> Claim | Fin
             claim.id,
             claim.claim_token,
             Status.SUPPRESSED,
-            Outcome.RELEASED,
+            Outcome.SUPPRESSED,
             error=f"suppressed: {reason} and no fallback channel is",
             attempt_delta=-1,
         )
-    return _switch(claim, switch, Outcome.RELEASED, f"{reason}; switched to {switch.channel}", now)
+    return _switch(claim, switch, Outcome.REROUTED, f"{reason}; switched to {switch.channel}", now)
 
 
 def attempt_finish(

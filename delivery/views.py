@@ -20,7 +20,9 @@ class AttemptSerializer(serializers.Serializer):
         choices=Outcome.choices,
         allow_null=True,
         help_text="null while the attempt is in flight. ABANDONED: the worker's claim expired; "
-        "RELEASED: given back unstarted at shutdown; RATE_LIMITED: deferred, not tried.",
+        "RELEASED: given back unstarted at shutdown; RATE_LIMITED: deferred, not tried; "
+        "REROUTED / SUPPRESSED: not tried because the user's preferences changed (moved to a "
+        "fallback channel / no allowed channel left).",
     )
     error = serializers.CharField(allow_null=True)
     provider_message_id = serializers.CharField(allow_null=True)

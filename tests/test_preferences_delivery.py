@@ -89,7 +89,7 @@ def test_opt_out_while_queued_suppresses_it_and_nothing_is_sent(hooked, worker):
     assert notification.updated_at == worker.test_clock.now
     assert "no longer allowed" in notification.last_error
     assert provider_keys() == set()  # the provider never saw it, on any channel
-    assert attempts(hooked, notification) == [(1, "push", Outcome.RELEASED)]
+    assert attempts(hooked, notification) == [(1, "push", Outcome.SUPPRESSED)]
     event = WebhookEvent.objects.get(notification=notification)
     assert (event.status, event.occurred_at) == (Status.SUPPRESSED, notification.updated_at)
 
@@ -122,7 +122,7 @@ def test_channel_disabled_while_queued_is_sent_on_the_fallback(hooked, worker):
     assert (notification.attempt_count, notification.fallback_channels) == (1, [])
     assert provider_keys() == {f"{notification.id}:email"}  # never sent on push
     assert attempts(hooked, notification) == [
-        (1, "push", Outcome.RELEASED),
+        (1, "push", Outcome.REROUTED),
         (1, "email", Outcome.SENT),
     ]
 

@@ -122,7 +122,7 @@ def test_recheck_switches_to_the_next_allowed_fallback_without_using_an_attempt(
     assert (rechecked.status, rechecked.channel, rechecked.outcome) == (
         Status.PENDING,
         "email",
-        Outcome.RELEASED,
+        Outcome.REROUTED,
     )
     assert rechecked.attempt_reset is True and rechecked.due_at == NOW
     assert "no longer allowed" in rechecked.error
