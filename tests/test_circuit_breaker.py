@@ -285,3 +285,30 @@ def test_two_worker_processes_in_half_open_send_one_probe_not_two(loopback, data
     assert len(loopback.calls) == len(notifications)  # the probe, then one call per other one
     assert len(loopback.sent) == len(notifications)
     assert CircuitBreaker.objects.get(name="email:http").state == CircuitState.CLOSED
+
+
+def test_a_closed_circuit_costs_one_read_per_ttl_and_no_write_per_success():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from delivery.circuits.services import Allowed, Circuit
+    from delivery.providers.base import Accepted, TemporaryFailure
+
+    now = timezone.now()
+    policy = CircuitPolicy(threshold=3, cooldown_s=30, probe_timeout_s=10, read_ttl_s=60)
+    breaker = Circuit("email:simulated", policy)
+    circuits_register([breaker], now=now)
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(20):
+            admission = breaker.admit(now=now)
+            assert admission == Allowed()
+            breaker.record(admission, Accepted("m"), now=now)
+    assert len(queries) == 1  # one read, reused; successes with no failure run write nothing
+
+    breaker.record(Allowed(), TemporaryFailure("busy"), now=now)
+    with CaptureQueriesContext(connection) as queries:
+        admission = breaker.admit(now=now)
+        breaker.record(admission, Accepted("m"), now=now)
+    # After a failure the state is read again, and the success that ends the run resets it.
+    assert len(queries) == 2
+    assert CircuitBreaker.objects.get(name="email:simulated").consecutive_failures == 0

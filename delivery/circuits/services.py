@@ -14,6 +14,9 @@ Invariants decided here:
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,6 +32,9 @@ class CircuitPolicy:
     cooldown_s: float
     # A probe not reported back within this long (its worker died) may be taken over.
     probe_timeout_s: float
+    # How long one worker reuses a reading of the shared state before reading it again. Saves
+    # a query per message; another worker's change of state reaches this one within it.
+    read_ttl_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -68,9 +74,14 @@ class Circuit:
         self.name = name
         self.policy = policy
         self.repository = repository or CircuitRepository()
+        # Shared by this worker's delivery threads; a stale reading is harmless because every
+        # change of state is decided by a guarded UPDATE in the repository.
+        self._lock = threading.Lock()
+        self._reading: CircuitReading | None = None
+        self._read_at = -math.inf
 
     def admit(self, *, now: datetime) -> Allowed | Refused:
-        reading = self.repository.read(name=self.name)
+        reading = self._current()
         if reading is None or reading.state == CircuitState.CLOSED:
             return Allowed()
         if circuit_probe_due(reading, now=now, policy=self.policy):
@@ -80,6 +91,7 @@ class Circuit:
                 cooldown_s=self.policy.cooldown_s,
                 probe_timeout_s=self.policy.probe_timeout_s,
             )
+            self._forget()
             if token is not None:
                 return Allowed(probe_token=token)
         return Refused(f"circuit open: {self.name} is failing; the provider was not called")
@@ -90,7 +102,26 @@ class Circuit:
             self.repository.probe_finished(
                 name=self.name, token=admission.probe_token, failed=failed, now=now
             )
+            self._forget()
         elif failed:
             self.repository.failed(name=self.name, threshold=self.policy.threshold, now=now)
-        else:
+            self._forget()  # the next call sees the new count, or the circuit open
+        elif self._failure_run_seen():
+            # Only a success that ends a failure run writes; the common case costs nothing.
             self.repository.succeeded(name=self.name, now=now)
+            self._forget()
+
+    def _current(self) -> CircuitReading | None:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.policy.read_ttl_s:
+                self._reading = self.repository.read(name=self.name)
+                self._read_at = time.monotonic()
+            return self._reading
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._read_at = -math.inf
+
+    def _failure_run_seen(self) -> bool:
+        with self._lock:
+            return self._reading is None or self._reading.consecutive_failures > 0
