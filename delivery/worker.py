@@ -23,6 +23,7 @@ from datetime import datetime
 
 import psycopg
 from django.db import DatabaseError, connection
+from django.utils import timezone
 
 from delivery.circuits.services import Circuit, CircuitPolicy, Refused, circuits_register
 from delivery.models import Outcome
@@ -146,8 +147,6 @@ class Worker:
         rng: random.Random | None = None,
         router: Router | None = None,
     ) -> None:
-        from django.utils import timezone
-
         self.providers = providers
         self.config = config
         self.policy = policy
