@@ -18,9 +18,10 @@ def notifications_insert_bulk(
     start: datetime | None = None,
     attempt_count: int = 6,
     last_error: str | None = "provider answered 503: busy",
+    recipient: str | None = None,
 ) -> None:
     """`count` rows of one status; row n is created n milliseconds after `start`, so the
-    oldest-first order is the order of n."""
+    oldest-first order is the order of n. Each row has its own recipient unless one is given."""
     start = start or timezone.now() - timedelta(hours=1)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -31,7 +32,8 @@ def notifications_insert_bulk(
                 attempt_count, max_attempts, last_error, operator_retries, created_at, updated_at
             )
             SELECT gen_random_uuid(), %(client_id)s, 'bulk-' || gen_random_uuid() || '-' || n,
-                   md5(n::text), %(channel)s, 'user' || n || '@example.com', 'Hi', 'Body', 2,
+                   md5(n::text), %(channel)s,
+                   coalesce(%(recipient)s, 'user' || n || '@example.com'), 'Hi', 'Body', 2,
                    '{}'::jsonb, '[]'::jsonb, %(status)s,
                    %(start)s + n * interval '1 millisecond',
                    %(start)s + n * interval '1 millisecond',
@@ -48,5 +50,6 @@ def notifications_insert_bulk(
                 "start": start,
                 "attempts": attempt_count,
                 "error": last_error,
+                "recipient": recipient,
             },
         )

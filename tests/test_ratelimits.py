@@ -15,7 +15,8 @@ from ratelimits.repositories import ClaimLost, RateLimitRepository
 from ratelimits.services import RateLimit
 from tests.delivery_helpers import FakeClock, simulated_providers
 from tests.factories import ClientFactory, NotificationFactory
-from tests.test_delivery_claims import bulk_insert_pending, run_in_threads
+from tests.operator_helpers import notifications_insert_bulk
+from tests.test_delivery_claims import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -272,7 +273,15 @@ def test_a_backlogged_recipient_is_not_claimed_and_deferred_over_and_over(clock,
     worth of work for the first batch and then one claim per send, not 990 per window."""
     client = ClientFactory()
     recipient = "backlog@example.com"
-    bulk_insert_pending(client_id=client.id, recipient=recipient, count=1000, now=clock.now)
+    notifications_insert_bulk(
+        client_id=client.id,
+        count=1000,
+        status=Status.PENDING,
+        recipient=recipient,
+        start=clock.now - timedelta(seconds=2),
+        attempt_count=0,
+        last_error=None,
+    )
     worker = limited_worker(clock, batch_size=100, concurrency=8)
     workers(worker)
     repository = DeliveryRepository()
