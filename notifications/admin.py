@@ -246,18 +246,13 @@ class NotificationAdmin(admin.ModelAdmin):
         if selected is None:
             return
         operator = f"admin:{request.user.get_username()}"
-        changed, refused = [], Counter()
-        for notification_id, _ in selected:
-            try:
-                services.notification_retry(
-                    notification_id=notification_id, operator=operator, now=timezone.now()
-                )
-            except services.NotificationNotRetryable as refusal:
-                refused[refusal.fields["status"][0]] += 1
-            except services.NotificationNotFound:
-                refused["gone"] += 1
-            else:
-                changed.append(notification_id)
+        changed, refused = self._apply(
+            selected,
+            lambda notification_id, _client_id: services.notification_retry(
+                notification_id=notification_id, operator=operator, now=timezone.now()
+            ),
+            refusal=services.NotificationNotRetryable,
+        )
         self._log_and_report(
             request,
             changed=changed,
@@ -274,19 +269,14 @@ class NotificationAdmin(admin.ModelAdmin):
         selected = self._selection(request, queryset)
         if selected is None:
             return
-        changed, refused = [], Counter()
-        for notification_id, client_id in selected:
-            try:
-                # The API's cancel, on behalf of the notification's owner.
-                services.notification_cancel(
-                    notification_id=notification_id, client_id=client_id, now=timezone.now()
-                )
-            except services.NotificationNotCancellable as refusal:
-                refused[refusal.fields["status"][0]] += 1
-            except services.NotificationNotFound:
-                refused["gone"] += 1
-            else:
-                changed.append(notification_id)
+        changed, refused = self._apply(
+            selected,
+            # The API's cancel, on behalf of the notification's owner.
+            lambda notification_id, client_id: services.notification_cancel(
+                notification_id=notification_id, client_id=client_id, now=timezone.now()
+            ),
+            refusal=services.NotificationNotCancellable,
+        )
         self._log_and_report(
             request,
             changed=changed,
@@ -295,6 +285,22 @@ class NotificationAdmin(admin.ModelAdmin):
             log_message="Cancelled.",
             rule="only PENDING notifications can be cancelled",
         )
+
+    @staticmethod
+    def _apply(selected, change, *, refusal) -> tuple[list[uuid.UUID], Counter]:
+        """Calls `change(id, client_id)` on each; counts refusals by the status that caused
+        them (and rows gone meanwhile) instead of stopping at the first."""
+        changed, refused = [], Counter()
+        for notification_id, client_id in selected:
+            try:
+                change(notification_id, client_id)
+            except refusal as exc:
+                refused[exc.fields["status"][0]] += 1
+            except services.NotificationNotFound:
+                refused["gone"] += 1
+            else:
+                changed.append(notification_id)
+        return changed, refused
 
     def _selection(self, request, queryset) -> list[tuple[uuid.UUID, uuid.UUID]] | None:
         selected = list(queryset.order_by().values_list("id", "client_id")[: ACTION_LIMIT + 1])
