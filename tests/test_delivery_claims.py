@@ -209,3 +209,50 @@ def test_claim_plan_reads_the_partial_pending_index():
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using notification_pending_claim" in plan, plan
     assert "Seq Scan on notification" not in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_racing_a_claim_exactly_one_wins_and_a_cancelled_row_is_never_sent():
+    from notifications.services import NotificationNotCancellable, notification_cancel
+    from tests.delivery_helpers import worker_build
+
+    client = ClientFactory()
+    winners = {"cancel": 0, "claim": 0}
+    for _ in range(25):
+        notification = NotificationFactory(client=client)
+
+        def race(i, barrier, notification=notification):
+            barrier.wait()
+            if i == 0:
+                try:
+                    notification_cancel(
+                        notification_id=notification.id, client_id=client.id, now=timezone.now()
+                    )
+                    return "cancel"
+                except NotificationNotCancellable:
+                    return None
+            claims = repo.notification_claim_due(
+                worker="w", limit=1, now=timezone.now(), claim_timeout_s=30
+            )
+            return "claim" if claims else None
+
+        results = [r for r in run_in_threads(2, race) if r]
+        assert len(results) == 1, results
+        winners[results[0]] += 1
+        notification.refresh_from_db()
+        expected = Status.CANCELLED if results == ["cancel"] else Status.PROCESSING
+        assert notification.status == expected
+        # Settle the round: a claimed row is released, a cancelled one stays cancelled.
+        Notification.objects.filter(status=Status.PROCESSING).update(
+            status=Status.SENT, claim_token=None, claim_expires_at=None
+        )
+
+    worker = worker_build()
+    worker.run(until_empty=True)
+    from delivery.models import SimulatedProviderMessage
+
+    cancelled = Notification.objects.filter(status=Status.CANCELLED).values_list("id", flat=True)
+    sent_keys = set(SimulatedProviderMessage.objects.values_list("idempotency_key", flat=True))
+    assert not {f"{n}:email" for n in cancelled} & sent_keys
+    assert winners["cancel"] + winners["claim"] == 25
+    print(f"cancel won {winners['cancel']} rounds, claim won {winners['claim']}")
