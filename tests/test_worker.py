@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -376,9 +377,7 @@ def test_a_database_error_in_the_send_time_checks_is_a_failed_attempt_not_a_send
     notification = NotificationFactory()
     clock.now = timezone.now()
     worker = worker_build(clock=clock, concurrency=1)
-    worker.config = type(worker.config)(
-        **{**worker.config.__dict__, "rate_limit": RateLimit(limit=10, window_s=60)}
-    )
+    worker.config = dataclasses.replace(worker.config, rate_limit=RateLimit(limit=10, window_s=60))
     worker.rate_limits = UnreachableRateLimits()
     close_workers(worker)
     assert worker.run_once().claimed == 1
