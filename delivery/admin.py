@@ -12,17 +12,7 @@ from django.utils import timezone
 from delivery.models import DeliveryAttempt, WorkerHeartbeat
 from monitoring.paginators import EstimatedCountPaginator
 from monitoring.services import worker_live_window_s
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+from notifyqueue.admin import ReadOnlyAdmin
 
 
 @admin.register(DeliveryAttempt)

@@ -29,6 +29,7 @@ from delivery.models import DeliveryAttempt
 from monitoring.paginators import EstimatedCountPaginator
 from notifications import services
 from notifications.models import Notification
+from notifyqueue.admin import ReadOnlyAdmin, ReadOnlyInline
 from webhooks.models import WebhookEvent
 
 # One admin action changes at most this many rows, one guarded write each; a larger clean-up
@@ -57,21 +58,6 @@ WEBHOOK_FIELDS = (
 )
 
 
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
 class DeliveryAttemptInline(ReadOnlyInline):
     model = DeliveryAttempt
     fields = ATTEMPT_FIELDS
@@ -94,7 +80,7 @@ class WebhookEventInline(ReadOnlyInline):
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
         "status",
@@ -180,17 +166,8 @@ class NotificationAdmin(admin.ModelAdmin):
         "updated_at",
     )
 
-    # --- read-only: the queue's statements are the only writers -----------------------------
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        # Deleting would take the attempts and webhook events with it; rows are the record.
-        return False
+    # Read-only (ReadOnlyAdmin): the queue's statements are the only writers, and deleting
+    # would take the attempts and webhook events with it; rows are the record.
 
     def has_retry_permission(self, request) -> bool:
         return request.user.has_perm("notifications.retry_notification")

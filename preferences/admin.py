@@ -2,11 +2,12 @@
 
 from django.contrib import admin
 
+from notifyqueue.admin import NoAddOrChange
 from preferences.models import UserPreferences
 
 
 @admin.register(UserPreferences)
-class UserPreferencesAdmin(admin.ModelAdmin):
+class UserPreferencesAdmin(NoAddOrChange, admin.ModelAdmin):
     list_display = ("user_id", "client", "channels", "disabled_channels", "updated_at")
     list_filter = ("client",)
     list_select_related = ("client",)
@@ -22,9 +23,3 @@ class UserPreferencesAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False

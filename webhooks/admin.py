@@ -2,6 +2,7 @@
 
 from django.contrib import admin, messages
 
+from notifyqueue.admin import NoAddOrChange
 from webhooks import services
 from webhooks.models import WebhookDeliveryAttempt, WebhookEvent
 
@@ -17,7 +18,7 @@ ATTEMPT_FIELDS = (
 )
 
 
-class WebhookDeliveryAttemptInline(admin.TabularInline):
+class WebhookDeliveryAttemptInline(NoAddOrChange, admin.TabularInline):
     model = WebhookDeliveryAttempt
     fields = ATTEMPT_FIELDS
     readonly_fields = ATTEMPT_FIELDS
@@ -25,15 +26,10 @@ class WebhookDeliveryAttemptInline(admin.TabularInline):
     extra = 0
     can_delete = False
 
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(WebhookEvent)
-class WebhookEventAdmin(admin.ModelAdmin):
+class WebhookEventAdmin(NoAddOrChange, admin.ModelAdmin):
+    # Events change only through the sender and the redeliver action.
     list_display = (
         "id",
         "client",
@@ -71,13 +67,6 @@ class WebhookEventAdmin(admin.ModelAdmin):
     )
     inlines = [WebhookDeliveryAttemptInline]
     actions = ["redeliver_selected"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # Events change only through the sender and the redeliver action.
-        return False
 
     def has_redeliver_permission(self, request) -> bool:
         return request.user.has_perm("webhooks.redeliver_webhookevent")

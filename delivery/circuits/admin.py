@@ -3,10 +3,11 @@
 from django.contrib import admin
 
 from delivery.circuits.models import CircuitBreaker
+from notifyqueue.admin import ReadOnlyAdmin
 
 
 @admin.register(CircuitBreaker)
-class CircuitBreakerAdmin(admin.ModelAdmin):
+class CircuitBreakerAdmin(ReadOnlyAdmin):
     list_display = ("name", "state", "consecutive_failures", "opened_at", "updated_at")
     list_filter = ("state",)
     ordering = ("name",)
@@ -19,12 +20,3 @@ class CircuitBreakerAdmin(admin.ModelAdmin):
         "probe_expires_at",
         "updated_at",
     )
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
