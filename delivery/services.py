@@ -96,48 +96,29 @@ def attempt_finish(
     def fallback() -> Route | None:
         return router.route_next(claim) if router and claim.fallback_channels else None
 
+    def ends(status: str, outcome: str, **fields) -> Finish:
+        return Finish(
+            claim.id, claim.claim_token, status, outcome, recipient=_recipient(claim), **fields
+        )
+
     match result:
         case Accepted(message_id):
-            return Finish(
-                claim.id,
-                claim.claim_token,
-                Status.SENT,
-                Outcome.SENT,
-                message_id=message_id,
-                recipient=_recipient(claim),
-            )
+            return ends(Status.SENT, Outcome.SENT, message_id=message_id)
         case PermanentFailure(error):
             if switch := fallback():
                 return _switch(claim, switch, Outcome.PERMANENT_FAILURE, error, now)
-            return Finish(
-                claim.id,
-                claim.claim_token,
-                Status.FAILED,
-                Outcome.PERMANENT_FAILURE,
-                error=error,
-                recipient=_recipient(claim),
-            )
+            return ends(Status.FAILED, Outcome.PERMANENT_FAILURE, error=error)
         case TemporaryFailure(error) if claim.attempt_count >= claim.max_attempts:
             if switch := fallback():
                 return _switch(claim, switch, Outcome.TEMPORARY_FAILURE, error, now)
-            return Finish(
-                claim.id,
-                claim.claim_token,
-                Status.DEAD_LETTERED,
-                Outcome.TEMPORARY_FAILURE,
-                error=error,
-                recipient=_recipient(claim),
-            )
+            return ends(Status.DEAD_LETTERED, Outcome.TEMPORARY_FAILURE, error=error)
         case TemporaryFailure(error):
             delay = policy.delay_s(claim.attempt_count, rng)
-            return Finish(
-                claim.id,
-                claim.claim_token,
+            return ends(
                 Status.PENDING,
                 Outcome.TEMPORARY_FAILURE,
                 error=error,
                 due_at=now + timedelta(seconds=delay),
-                recipient=_recipient(claim),
             )
     raise TypeError(f"not a provider result: {result!r}")
 
