@@ -11,11 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from aiosmtpd.controller import Controller
+from django.utils import timezone
 
+from delivery.circuits.services import Allowed, Circuit, CircuitPolicy, circuits_register
 from delivery.providers.base import Accepted, Message, PermanentFailure, TemporaryFailure
-from delivery.providers.http import HttpProvider
+from delivery.providers.http import MESSAGE_ID_MAX_CHARS, HttpProvider
 from delivery.providers.simulated import SimulatedProvider
 from delivery.providers.smtp import SmtpProvider
+from tests.scripted_http import ScriptedHTTPServer, answer, http_answer
 
 
 def message(recipient: str = "ada@example.com", channel: str = "email") -> Message:
@@ -105,20 +108,14 @@ def test_http_provider_maps_status_codes(scripted, status, expected):
     server = scripted([(status, {"error": "nope"})])
     result = HttpProvider(url=server.url, timeout_s=2).send(message())
     assert isinstance(result, expected)
-    assert str(status) in result.error
-
-
-def test_http_provider_2xx_without_message_id_is_temporary(scripted):
-    server = scripted([(200, "not json")])
-    assert isinstance(HttpProvider(url=server.url, timeout_s=2).send(message()), TemporaryFailure)
+    assert result.error == f"http {status}"
 
 
 def test_http_provider_timeout_is_temporary_and_bounded(scripted):
     server = scripted([(200, {"message_id": "late"})], delay_s=1.5)
     started = time.monotonic()
     result = HttpProvider(url=server.url, timeout_s=0.3).send(message())
-    assert isinstance(result, TemporaryFailure)
-    assert "timed out" in result.error
+    assert result == TemporaryFailure("timeout")
     assert time.monotonic() - started < 1.2
 
 
@@ -131,8 +128,157 @@ def free_port() -> int:
 def test_http_provider_connection_refused_is_temporary():
     port = free_port()  # nothing listens there
     result = HttpProvider(url=f"http://127.0.0.1:{port}/", timeout_s=1).send(message())
-    assert isinstance(result, TemporaryFailure)
-    assert "unreachable" in result.error
+    assert result == TemporaryFailure("connection refused")
+
+
+@pytest.fixture
+def raw_server():
+    servers = []
+
+    def start(*scripts, default=None):
+        servers.append(ScriptedHTTPServer(*scripts, default=default))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def http_send(url: str, *, timeout_s: float = 2.0, allow_private: bool = True):
+    return HttpProvider(url=url, timeout_s=timeout_s, allow_private=allow_private).send(message())
+
+
+@pytest.mark.parametrize(
+    "body, expected_id",
+    [
+        ({"message_id": "m-1"}, "m-1"),
+        ({"message_id": "x" * 300}, "x" * 300),
+        # A long id is kept up to the documented bound; one in a body over 64 KiB is not read.
+        ({"message_id": "y" * 10_000}, "y" * MESSAGE_ID_MAX_CHARS),
+        ({"message_id": "y" * 100_000}, None),
+        ({"message_id": 42}, "42"),
+        ({"message_id": "a\x00b\ud800c\nd"}, "abcd"),
+        ({"message_id": None}, None),
+        ({"message_id": True}, None),
+        ({"message_id": ["m-1"]}, None),
+        ({"message_id": {"id": "m-1"}}, None),
+        ({"message_id": ""}, None),
+        ({"other": "m-1"}, None),
+        ("not json at all", None),
+        ('["m-1"]', None),
+        ('"m-1"', None),
+        ("null", None),
+        ("", None),
+        (b"\xff\xfe\x00garbage\x80", None),
+        ("[" * 60_000 + "]" * 60_000, None),
+        ('{"message_id": ' + "9" * 5000 + "}", None),
+    ],
+    ids=lambda v: repr(v)[:40],
+)
+def test_http_provider_2xx_is_accepted_whatever_the_body_with_a_bounded_id(
+    raw_server, body, expected_id
+):
+    server = raw_server(answer(200, body))
+    result = http_send(server.url())
+    assert result == Accepted(expected_id)
+
+
+def test_http_provider_reads_at_most_64_kib_of_a_huge_answer(raw_server):
+    # An endless 2xx body: the provider stops reading at its bound and answers at once.
+    def endless(conn):
+        conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n")
+        conn.send(b'{"message_id": "' + b"z" * 70_000)
+        chunk = b"z" * 65536
+        while conn.send(chunk) and not conn.closing.is_set():
+            pass
+
+    server = raw_server(endless)
+    started = time.monotonic()
+    result = http_send(server.url(), timeout_s=5)
+    elapsed = time.monotonic() - started
+
+    assert result == Accepted(None)  # the cut body is no JSON
+    assert elapsed < 1.0
+    server.close()
+    # What the server managed to push is what the socket buffers took, not the gigabyte.
+    assert server.bytes_sent < 20 * 1024 * 1024
+
+
+def test_http_provider_provider_dripping_bytes_is_cut_off_at_the_total_deadline(raw_server):
+    # One byte every 0.1 s: every single read is quick, only a total deadline ends the call.
+    server = raw_server(
+        lambda conn: conn.drip(http_answer(200, {"message_id": "slow"}), every_s=0.1)
+    )
+    started = time.monotonic()
+    result = http_send(server.url(), timeout_s=0.5)
+    elapsed = time.monotonic() - started
+
+    assert result == TemporaryFailure("timeout")
+    assert elapsed < 0.5 + 0.5
+
+
+def test_http_provider_does_not_follow_a_redirect(raw_server):
+    target = raw_server(answer(200, {"message_id": "stolen"}))
+    server = raw_server(answer(307, "", {"Location": target.url("/elsewhere")}))
+
+    result = http_send(server.url())
+
+    assert result == TemporaryFailure("redirect 307 not followed")
+    assert len(server.requests) == 1
+    assert target.requests == []  # the message never reached the redirect's target
+
+
+def test_http_provider_ignores_proxy_environment_variables(raw_server, monkeypatch):
+    proxy = raw_server(answer(200, {"message_id": "from-the-proxy"}))
+    server = raw_server(answer(200, {"message_id": "direct"}))
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, proxy.url(""))
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    assert http_send(server.url()) == Accepted("direct")
+    assert proxy.requests == []
+
+
+def test_http_provider_checks_the_address_at_call_time(raw_server):
+    server = raw_server(answer(200, {"message_id": "m-1"}))
+
+    result = http_send(server.url(), allow_private=False)
+
+    assert result == TemporaryFailure("provider address refused")
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(
+    "script, expected",
+    [
+        (lambda conn: conn.reset(), TemporaryFailure("connection reset")),
+        (lambda conn: None, TemporaryFailure("connection closed without an answer")),
+        (lambda conn: conn.send(b"HELLO THERE\r\n\r\n"), TemporaryFailure("invalid answer")),
+        (lambda conn: conn.send(b"\x00\xff" * 5000), TemporaryFailure("invalid answer")),
+        (lambda conn: conn.hang(5), TemporaryFailure("timeout")),
+        (answer(302, "", {"Location": "http://169.254.169.254/"}), None),
+        (answer(999, "odd"), TemporaryFailure("http 999")),
+    ],
+    ids=["reset", "closed", "not-http", "binary", "hang", "302", "status-999"],
+)
+def test_http_provider_ends_every_odd_answer_with_a_short_error(raw_server, script, expected):
+    server = raw_server(script)
+    started = time.monotonic()
+    result = http_send(server.url(), timeout_s=0.5)
+    assert time.monotonic() - started < 0.5 + 0.5
+    assert result == (expected or TemporaryFailure("redirect 302 not followed"))
+
+
+@pytest.mark.parametrize("status", [400, 422, 500, 503])
+def test_http_provider_never_passes_the_providers_text_on(raw_server, status):
+    secret = "internal stack trace: db password hunter2 at 10.0.0.7"
+    server = raw_server(answer(status, {"error": secret, "message_id": "m"}))
+
+    result = http_send(server.url())
+
+    assert result.error == f"http {status}"
+    assert "hunter2" not in repr(result)
 
 
 class RecordingHandler:
@@ -241,3 +387,50 @@ def test_simulated_special_recipients_apply_on_every_channel():
     for channel in ("email", "sms", "push"):
         assert isinstance(provider.send(message("permanent-failure-1", channel)), PermanentFailure)
         assert isinstance(provider.send(message("temporary-failure-1", channel)), TemporaryFailure)
+
+
+@pytest.mark.parametrize(
+    "subject, recipient, body, error",
+    [
+        ("Hi\r\nBcc: everyone@example.com", "ada@example.com", "b", "content error: bad header"),
+        ("Hi\nthere", "ada@example.com", "b", "content error: bad header"),
+        ("Hi", "ada@example.com\r\nBcc: x@example.com", "b", "content error: bad header"),
+        ("Hi \ud800", "ada@example.com", "b", "content error: text cannot be encoded"),
+        ("Hi", "ada@example.com", "lone \udfff surrogate", "content error: text cannot be encoded"),
+        ("Hi", "", "b", "content error: no recipient"),
+    ],
+    ids=["crlf-subject", "lf-subject", "crlf-recipient", "subject-surrogate", "body", "empty"],
+)
+def test_smtp_provider_content_errors_are_permanent_and_send_nothing(
+    smtp_server, subject, recipient, body, error
+):
+    handler = smtp_server()
+    msg = Message(uuid.uuid4(), "email", recipient, subject, body, {})
+
+    assert SmtpProvider(timeout_s=5).send(msg) == PermanentFailure(error)
+    assert handler.messages == []
+
+
+def test_smtp_provider_errors_carry_the_code_not_the_servers_text(smtp_server):
+    smtp_server(refuse="grey", code=451)
+    result = SmtpProvider(timeout_s=5).send(message("grey@example.com"))
+    assert result == TemporaryFailure("recipient refused: smtp 451")
+
+
+@pytest.mark.django_db
+def test_content_errors_never_open_the_shared_email_circuit(smtp_server):
+    # Issue 11: five CR/LF subjects from one client used to open `email:smtp` for everyone.
+    handler = smtp_server()
+    provider = SmtpProvider(timeout_s=5)
+    circuit = Circuit("email:smtp", CircuitPolicy(threshold=2, cooldown_s=60, probe_timeout_s=20))
+    circuits_register([circuit], now=timezone.now())
+    for _ in range(5):
+        admission = circuit.admit(now=timezone.now())
+        assert isinstance(admission, Allowed)
+        bad = Message(uuid.uuid4(), "email", "ada@example.com", "x\r\nBcc: all", "b", {})
+        circuit.record(admission, provider.send(bad), now=timezone.now())
+
+    admission = circuit.admit(now=timezone.now())
+    assert isinstance(admission, Allowed) and admission.probe_token is None
+    assert isinstance(provider.send(message("bob@example.com")), Accepted)
+    assert len(handler.messages) == 1

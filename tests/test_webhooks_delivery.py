@@ -11,20 +11,19 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from clients.models import Client
 from notifications.models import Notification, Status
+from notifyqueue.outbound import OutboundTarget, outbound_post_to
 from tests.factories import ClientFactory, NotificationFactory
 from tests.webhook_factories import WebhookEventFactory
 from tests.webhook_receiver import Reply, WebhookReceiver
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState, WebhookEvent
 from webhooks.repositories import QUERIES
-from webhooks.sender import webhook_post_to
 from webhooks.services import (
     client_webhook_secret_rotate,
     webhook_events_deliver_due,
     webhook_events_reclaim_expired,
     webhook_events_redeliver,
 )
-from webhooks.targets import WebhookTarget
 
 pytestmark = pytest.mark.django_db
 
@@ -224,7 +223,7 @@ def test_name_resolving_to_loopback_is_refused(receiver, webhook_settings):
 
     assert webhook_events_deliver_due().failed == 1
     event.refresh_from_db()
-    assert "webhook host localhost refused" in event.last_error
+    assert "host localhost refused" in event.last_error
     assert receiver.requests == []
 
 
@@ -232,13 +231,13 @@ def test_connection_goes_to_the_checked_address_not_to_a_fresh_lookup(receiver):
     # `.invalid` never resolves, so reaching the receiver proves no second DNS lookup happened,
     # while the Host header still names the URL's host.
     url = f"http://hooks.invalid:{receiver.port}/pinned"
-    target = WebhookTarget(
+    target = OutboundTarget(
         scheme="http", host="hooks.invalid", port=receiver.port, address="127.0.0.1"
     )
 
-    result = webhook_post_to(url=url, target=target, body=b"{}", headers={}, timeout_s=2)
+    answer = outbound_post_to(url=url, target=target, body=b"{}", headers={}, timeout_s=2)
 
-    assert result.delivered and result.status_code == 200
+    assert answer.status_code == 200 and answer.failure is None
     (request,) = receiver.requests
     assert request.path == "/pinned"
     assert request.headers["host"] == f"hooks.invalid:{receiver.port}"

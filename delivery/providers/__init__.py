@@ -10,7 +10,7 @@ from delivery.providers.http import HttpProvider
 from delivery.providers.in_app import InAppProvider
 from delivery.providers.simulated import SimulatedProvider
 from delivery.providers.smtp import SmtpProvider
-from webhooks.targets import WebhookTargetRefused, WebhookTargetUnresolved, webhook_target_resolve
+from notifyqueue.outbound import OutboundRefused, OutboundUnresolved, outbound_target_resolve
 
 
 def providers_from_settings() -> dict[str, Provider]:
@@ -29,7 +29,11 @@ def providers_from_settings() -> dict[str, Provider]:
                     f"NOTIFYQUEUE_{channel.upper()}_PROVIDER_URL"
                 )
             _provider_url_check(channel, config["url"])
-            providers[channel] = HttpProvider(url=config["url"], timeout_s=timeout_s)
+            providers[channel] = HttpProvider(
+                url=config["url"],
+                timeout_s=timeout_s,
+                allow_private=settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE,
+            )
         elif kind == "smtp" and channel == "email":
             providers[channel] = SmtpProvider(timeout_s=timeout_s)
         else:
@@ -44,8 +48,8 @@ def _provider_url_check(channel: str, url: str) -> None:
     """Provider URLs obey the same address rules as webhook URLs (contract section 2):
     private, loopback and link-local targets need NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE."""
     try:
-        webhook_target_resolve(url, allow_private=settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE)
-    except WebhookTargetRefused as exc:
+        outbound_target_resolve(url, allow_private=settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE)
+    except OutboundRefused as exc:
         raise ImproperlyConfigured(f"NOTIFYQUEUE_{channel.upper()}_PROVIDER_URL: {exc}") from exc
-    except WebhookTargetUnresolved:
+    except OutboundUnresolved:
         pass  # DNS may come back; each call then fails temporarily until it does

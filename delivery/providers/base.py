@@ -27,7 +27,8 @@ class Message:
 
 @dataclass(frozen=True)
 class Accepted:
-    message_id: str
+    message_id: str | None
+    """The provider's id for the message; None when it gave no usable one."""
 
 
 @dataclass(frozen=True)
