@@ -6,11 +6,14 @@ the rules that need state (idempotency, backlog, body size after rendering) live
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import EmailValidator
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -19,17 +22,31 @@ from rest_framework import serializers
 from notifications.models import RECIPIENT_MAX_LENGTH, Channel, Priority, Status
 from notifications.repositories import ListFilters
 from notifications.services import (
+    MAX_BODY_BYTES,
     PAGE_SIZE_DEFAULT,
     PAGE_SIZE_MAX,
     NotificationRequest,
     idempotency_key_problem,
 )
+from templates.models import EVENT_MAX_LENGTH
 
+# The bounds of every request field (docs/security.md lists them all).
 # 10 years: far enough for any schedule, near enough that the date arithmetic cannot overflow.
 DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600
+# A send_at before this is refused rather than read as "now": far-past years overflow when
+# moved to UTC, and no client means them.
+SEND_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+# RFC 5322's limit on one header line; an email subject is one line.
+SUBJECT_MAX_LENGTH = 998
+EMAIL_MAX_LENGTH = 320
 SMS_NUMBER = re.compile(r"\+[1-9][0-9]{6,14}")
 PUSH_TOKEN = re.compile(rf"[\x21-\x7e]{{8,{RECIPIENT_MAX_LENGTH}}}")
 USER_ID_MAX_LENGTH = 255
+METADATA_MAX_BYTES = 16 * 1024
+PAYLOAD_MAX_BYTES = 64 * 1024
+JSON_FIELD_MAX_DEPTH = 8
+CURSOR_MAX_LENGTH = 1024
+LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029]")
 _email_validator = EmailValidator()
 
 
@@ -64,7 +81,12 @@ class OffsetDateTimeField(serializers.Field):
     default_error_messages = {
         "invalid": "Expected an RFC 3339 date-time such as 2026-12-01T12:00:00Z.",
         "naive": "The date-time needs a UTC offset, such as Z or +02:00.",
+        "range": "Between 1970-01-01T00:00:00Z and {max_ahead_days} days from now.",
     }
+
+    def __init__(self, *, max_ahead_seconds: int = DELAY_SECONDS_MAX, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_ahead_seconds = max_ahead_seconds
 
     def to_internal_value(self, data: Any):
         try:
@@ -75,7 +97,52 @@ class OffsetDateTimeField(serializers.Field):
             self.fail("invalid")
         if parsed.tzinfo is None:
             self.fail("naive")
+        try:
+            in_utc = parsed.astimezone(UTC)
+        except OverflowError:
+            in_utc = None
+        latest = timezone.now() + timedelta(seconds=self.max_ahead_seconds)
+        if in_utc is None or not SEND_AT_MIN <= in_utc <= latest:
+            self.fail("range", max_ahead_days=self.max_ahead_seconds // 86400)
         return parsed
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class BoundedJSONObjectField(serializers.DictField):
+    """A JSON object of at most `max_bytes` (compact UTF-8 JSON) and `max_depth` levels."""
+
+    default_error_messages = {
+        "too_large": "At most {max_bytes} bytes as compact JSON (this one is {size}).",
+        "too_deep": "At most {max_depth} levels of nesting.",
+    }
+
+    def __init__(self, *, max_bytes: int, max_depth: int = JSON_FIELD_MAX_DEPTH, **kwargs):
+        super().__init__(**kwargs)
+        self.max_bytes = max_bytes
+        self.max_depth = max_depth
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        value = super().to_internal_value(data)
+        if json_depth(value) > self.max_depth:
+            self.fail("too_deep", max_depth=self.max_depth)
+        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        if size > self.max_bytes:
+            self.fail("too_large", max_bytes=self.max_bytes, size=size)
+        return value
+
+
+def json_depth(value: Any) -> int:
+    """Levels of objects and lists: 0 for a scalar, 1 for a flat object. Iterative."""
+    deepest = 0
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth)
+            pending.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -100,6 +167,8 @@ class RejectUnknownFieldsMixin:
 def recipient_problem(channel: str, recipient: str) -> str | None:
     """Why `recipient` cannot be an address on `channel`, or None when it is plausible."""
     if channel == Channel.EMAIL:
+        if len(recipient) > EMAIL_MAX_LENGTH:
+            return f"An email address is at most {EMAIL_MAX_LENGTH} characters."
         try:
             _email_validator(recipient)
         except DjangoValidationError:
@@ -123,23 +192,59 @@ def recipient_problem(channel: str, recipient: str) -> str | None:
 
 class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
-    recipient = serializers.CharField(required=False, max_length=RECIPIENT_MAX_LENGTH)
-    subject = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
-    body = serializers.CharField(required=False, trim_whitespace=False)
-    priority = PriorityField(required=False, help_text="Case-insensitive on input.")
+    recipient = serializers.CharField(
+        required=False,
+        max_length=RECIPIENT_MAX_LENGTH,
+        help_text=f"email: an address of at most {EMAIL_MAX_LENGTH} characters; sms: E.164 "
+        f"(+ and 7 to 15 digits); push: a device token of 8 to {RECIPIENT_MAX_LENGTH} "
+        f"printable characters; in_app: your user id, 1 to {USER_ID_MAX_LENGTH} characters.",
+    )
+    subject = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=SUBJECT_MAX_LENGTH,
+        help_text=f"At most {SUBJECT_MAX_LENGTH} characters; for email one line (no CR or LF).",
+    )
+    body = serializers.CharField(
+        required=False,
+        trim_whitespace=False,
+        max_length=MAX_BODY_BYTES,
+        help_text=f"At most {MAX_BODY_BYTES} bytes of UTF-8.",
+    )
+    priority = PriorityField(
+        required=False,
+        help_text="Case-insensitive on input. CRITICAL needs your client's permission.",
+    )
     send_at = OffsetDateTimeField(
-        required=False, help_text="RFC 3339 with an offset; a time in the past means now."
+        required=False,
+        help_text="RFC 3339 with an offset; a time in the past means now. From "
+        "1970-01-01T00:00:00Z to 10 years ahead.",
     )
     delay_seconds = StrictIntegerField(
-        required=False, min_value=0, max_value=DELAY_SECONDS_MAX, help_text="Not with send_at."
+        required=False,
+        min_value=0,
+        max_value=DELAY_SECONDS_MAX,
+        help_text=f"0 to {DELAY_SECONDS_MAX} (10 years). Not with send_at.",
     )
-    metadata = serializers.DictField(required=False, help_text="Any JSON object; echoed back.")
+    metadata = BoundedJSONObjectField(
+        required=False,
+        max_bytes=METADATA_MAX_BYTES,
+        help_text=f"Any JSON object of at most {METADATA_MAX_BYTES} bytes and "
+        f"{JSON_FIELD_MAX_DEPTH} levels; echoed back.",
+    )
     template = serializers.CharField(
         required=False,
-        max_length=255,
-        help_text="An event name: renders your template for (event, channel) with `payload`.",
+        max_length=EVENT_MAX_LENGTH,
+        help_text="An event name (at most 255 characters): renders your template for "
+        "(event, channel) with `payload`.",
     )
-    payload = serializers.DictField(required=False, help_text="Fills the template's slots.")
+    payload = BoundedJSONObjectField(
+        required=False,
+        max_bytes=PAYLOAD_MAX_BYTES,
+        help_text=f"Fills the template's slots. At most {PAYLOAD_MAX_BYTES} bytes and "
+        f"{JSON_FIELD_MAX_DEPTH} levels.",
+    )
     user_id = serializers.CharField(
         required=False,
         max_length=USER_ID_MAX_LENGTH,
@@ -181,6 +286,9 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
             problem = recipient_problem(attrs["channel"], attrs["recipient"])
             if problem:
                 errors["recipient"] = [problem]
+        # An email subject becomes a mail header: a line break would inject headers.
+        if attrs.get("channel") == Channel.EMAIL and LINE_BREAKS.search(attrs.get("subject", "")):
+            errors["subject"] = ["An email subject is one line: no CR, LF or line separator."]
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
@@ -229,7 +337,9 @@ class NotificationListFilters(RejectUnknownFieldsMixin, serializers.Serializer):
     channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
     recipient = serializers.CharField(required=False, max_length=RECIPIENT_MAX_LENGTH)
     priority = PriorityField(required=False)
-    cursor = serializers.CharField(required=False, help_text="From `next` or `previous`.")
+    cursor = serializers.CharField(
+        required=False, max_length=CURSOR_MAX_LENGTH, help_text="From `next` or `previous`."
+    )
     page_size = serializers.IntegerField(
         required=False, min_value=1, max_value=PAGE_SIZE_MAX, default=PAGE_SIZE_DEFAULT
     )

@@ -1,15 +1,23 @@
 """Errors as the API reports them: `{"error": {"code", "message", "fields"}}` (contract section 3).
 
-Services raise `DomainError` subclasses; views never build error bodies themselves.
+Services raise `DomainError` subclasses; views never build error bodies themselves. Errors
+that happen outside DRF's views (an unknown URL, a body too large to read, an unexpected
+exception) reach Django's error handlers, which answer in the same format under `/api/`
+(`api_not_found`, `api_bad_request`, `api_server_error`, wired in notifyqueue/urls.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
+
+API_PREFIX = "/api/"
 
 
 class DomainError(Exception):
@@ -69,3 +77,41 @@ def _first_message(fields: Any) -> str:
     if isinstance(fields, list) and fields:
         return _first_message(fields[0])
     return str(fields) or "Invalid request."
+
+
+def error_response(
+    http_status: int, code: str, message: str, fields: dict[str, Any] | None = None
+) -> JsonResponse:
+    """An error in the API's format, for code that runs outside DRF (middleware, handlers)."""
+    return JsonResponse(error_body(code, message, fields), status=http_status)
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith(API_PREFIX)
+
+
+def api_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler404: under /api/, a JSON 404 for an unknown route (a trailing slash included)."""
+    if not _is_api(request):
+        return defaults.page_not_found(request, exception)
+    return error_response(404, "not_found", f"No such endpoint: {request.method} {request.path}.")
+
+
+def api_bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler400: Django's own refusals (a body over DATA_UPLOAD_MAX_MEMORY_SIZE, a bad
+    Host header...) in the API's format; an oversized body is a 413."""
+    if isinstance(exception, RequestDataTooBig):
+        if _is_api(request):
+            return error_response(413, "payload_too_large", "The request body is too large.")
+        return HttpResponse("Request body too large.", status=413, content_type="text/plain")
+    if not _is_api(request):
+        return defaults.bad_request(request, exception)
+    return error_response(400, "bad_request", "The request could not be read.")
+
+
+def api_server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: under /api/, a JSON 500 that says nothing about the failure (the traceback
+    is in the server's log, under the `django.request` logger)."""
+    if not _is_api(request):
+        return defaults.server_error(request)
+    return error_response(500, "server_error", "Something went wrong on our side.")

@@ -12,3 +12,8 @@ urlpatterns = [
     path("api/v1/", include("templates.urls")),
     path("api/v1/", include("preferences.urls")),
 ]
+
+# Under /api/ every error answers in the API's JSON format (notifyqueue/errors.py).
+handler400 = "notifyqueue.errors.api_bad_request"
+handler404 = "notifyqueue.errors.api_not_found"
+handler500 = "notifyqueue.errors.api_server_error"

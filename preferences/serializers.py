@@ -6,8 +6,12 @@ from typing import Any
 
 from rest_framework import serializers
 
-from notifications.models import Channel
-from notifications.serializers import RejectUnknownFieldsMixin, recipient_problem
+from notifications.models import RECIPIENT_MAX_LENGTH, Channel
+from notifications.serializers import (
+    CURSOR_MAX_LENGTH,
+    RejectUnknownFieldsMixin,
+    recipient_problem,
+)
 from preferences.services import INBOX_PAGE_SIZE_DEFAULT, INBOX_PAGE_SIZE_MAX, PreferencesInput
 from templates.models import EVENT_MAX_LENGTH
 
@@ -25,13 +29,16 @@ class PreferencesBody(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text="In order of preference; later channels are the fallbacks.",
     )
     addresses = serializers.DictField(
-        child=serializers.CharField(),
+        child=serializers.CharField(max_length=RECIPIENT_MAX_LENGTH),
         required=False,
         help_text="Address per channel, checked like a create's recipient. in_app needs none: "
         "its address is the user id.",
     )
     muted_events = serializers.ListField(
-        child=serializers.CharField(max_length=EVENT_MAX_LENGTH), required=False, max_length=1000
+        child=serializers.CharField(max_length=EVENT_MAX_LENGTH),
+        required=False,
+        max_length=1000,
+        help_text=f"At most 1000 event names of at most {EVENT_MAX_LENGTH} characters.",
     )
     disabled_channels = serializers.ListField(
         child=serializers.ChoiceField(choices=Channel.values),
@@ -83,7 +90,9 @@ class InboxQuery(RejectUnknownFieldsMixin, serializers.Serializer):
     unread = serializers.BooleanField(
         required=False, default=False, help_text="true: only messages not yet read."
     )
-    cursor = serializers.CharField(required=False, help_text="From `next`.")
+    cursor = serializers.CharField(
+        required=False, max_length=CURSOR_MAX_LENGTH, help_text="From `next`."
+    )
     page_size = serializers.IntegerField(
         required=False,
         min_value=1,

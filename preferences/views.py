@@ -86,7 +86,7 @@ class PreferencesView(APIView):
         ],
     )
     def get(self, request: Request, user_id: str) -> Response:
-        found = services.preferences_get(client_id=request.user.id, user_id=user_id)
+        found = services.preferences_get(client_id=request.user.id, user_id=_user_id(user_id))
         return Response(PreferencesOutput(found).data)
 
     @extend_schema(
@@ -159,7 +159,7 @@ class InboxView(APIView):
         query.is_valid(raise_exception=True)
         page = services.inbox_list(
             client_id=request.user.id,
-            user_id=user_id,
+            user_id=_user_id(user_id),
             unread_only=query.validated_data["unread"],
             cursor=query.validated_data.get("cursor"),
             page_size=query.validated_data["page_size"],
@@ -195,6 +195,9 @@ class InboxReadView(APIView):
     )
     def post(self, request: Request, user_id: str, message_id: str) -> Response:
         read = services.inbox_message_read(
-            client_id=request.user.id, user_id=user_id, message_id=message_id, now=timezone.now()
+            client_id=request.user.id,
+            user_id=_user_id(user_id),
+            message_id=message_id,
+            now=timezone.now(),
         )
         return Response(InboxMessageOutput(read).data)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from notifications.models import Channel
-from notifications.serializers import RejectUnknownFieldsMixin
+from notifications.serializers import SUBJECT_MAX_LENGTH, RejectUnknownFieldsMixin
+from notifications.services import MAX_BODY_BYTES
 from templates.repositories import TemplateRecord
 from templates.services import template_placeholders
 
@@ -15,11 +16,15 @@ class TemplateInput(RejectUnknownFieldsMixin, serializers.Serializer):
         required=False,
         allow_blank=True,
         trim_whitespace=False,
-        help_text="May hold {placeholder} slots. One line for email.",
+        max_length=SUBJECT_MAX_LENGTH,
+        help_text=f"May hold {{placeholder}} slots. At most {SUBJECT_MAX_LENGTH} characters; "
+        "one line for email.",
     )
     body = serializers.CharField(
         trim_whitespace=False,
-        help_text="May hold {placeholder} slots; {{ and }} are literal braces.",
+        max_length=MAX_BODY_BYTES,
+        help_text="May hold {placeholder} slots; {{ and }} are literal braces. At most "
+        f"{MAX_BODY_BYTES} bytes of UTF-8.",
     )
 
 

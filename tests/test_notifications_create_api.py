@@ -30,7 +30,7 @@ def test_create_answers_201_with_the_contract_representation(api, acme):
             **VALID,
             "priority": "high",
             "channel": "EMAIL",
-            "send_at": "2099-12-01T12:00:00+02:00",
+            "send_at": "2030-12-01T12:00:00+02:00",
             "metadata": {"order": "A-17"},
         },
     )
@@ -45,7 +45,7 @@ def test_create_answers_201_with_the_contract_representation(api, acme):
     assert body["status"] == "PENDING"
     assert body["channel"] == "email"
     assert body["priority"] == "HIGH"
-    assert body["send_at"] == "2099-12-01T10:00:00Z"
+    assert body["send_at"] == "2030-12-01T10:00:00Z"
     assert body["created_at"].endswith("Z")
     assert body["attempt_count"] == 0
     assert body["max_attempts"] == 6
@@ -57,7 +57,7 @@ def test_create_answers_201_with_the_contract_representation(api, acme):
     row = Notification.objects.get(id=body["id"])
     assert row.client_id == acme[0].id
     assert row.priority == Priority.HIGH
-    assert row.due_at == row.send_at == datetime(2099, 12, 1, 10, tzinfo=UTC)
+    assert row.due_at == row.send_at == datetime(2030, 12, 1, 10, tzinfo=UTC)
     assert len(row.request_fingerprint) == 64
 
 
