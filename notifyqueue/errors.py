@@ -15,7 +15,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
-from rest_framework.views import exception_handler
 
 API_PREFIX = "/api/"
 
@@ -56,6 +55,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return Response(
             error_body(exc.code, exc.message, exc.fields), status=exc.http_status, headers=headers
         )
+    # Imported here: rest_framework.views builds APIView from the REST_FRAMEWORK settings,
+    # whose classes (parser, throttle) import this module.
+    from rest_framework.views import exception_handler
+
     response = exception_handler(exc, context)
     if response is None:
         return None

@@ -120,6 +120,11 @@ SPECTACULAR_SETTINGS = {
     # Channels appear in notifications, templates and preferences: one enum for all of them.
     "ENUM_NAME_OVERRIDES": {"ChannelEnum": "notifications.models.Channel.values"},
     # The ApiKey security scheme comes from clients/schema.py.
+    # 400/401/404/413/429 that every operation can answer (notifyqueue/openapi.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "notifyqueue.openapi.postprocess_common_responses",
+    ],
 }
 
 EMAIL_CONFIG = env.email_url("EMAIL_URL", default="consolemail://")

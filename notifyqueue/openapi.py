@@ -1,0 +1,69 @@
+"""Answers every API operation can give, added to the OpenAPI schema in one place.
+
+Views document their own answers (201, 409, 422...). Some answers come from layers every
+request passes through, so each operation gets them here unless it describes them itself:
+400 (a NUL in the path, query or a header is refused before any view), 401 (no or a wrong
+key), 404 (an id in the path that names nothing of yours), 413 (a body over the size cap) and
+429 (the per-client request throttle). A drf-spectacular postprocessing hook.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorOutput"}
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before trying again.",
+        "schema": {"type": "integer"},
+    }
+}
+_METHODS = ("get", "put", "post", "patch", "delete")
+
+
+def _error(description: str, *, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "description": description,
+        "content": {"application/json": {"schema": ERROR_SCHEMA}},
+    }
+    if headers:
+        answer["headers"] = headers
+    return answer
+
+
+def common_error_responses(operation: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
+    """The answers `operation` at `path` can give whatever its view does."""
+    answers = {
+        "400": _error(
+            "Invalid request; also a NUL character in the path, the query string or a header."
+        ),
+        "429": _error(
+            "Too many requests from your client in this window (or, on creates, your "
+            "PENDING backlog is over its limit).",
+            headers=RETRY_AFTER,
+        ),
+    }
+    if operation.get("security"):
+        answers["401"] = _error("Missing or wrong API key.")
+    if "{" in path:
+        answers["404"] = _error("Nothing of yours has this id or name.")
+    if "requestBody" in operation:
+        answers["413"] = _error("The request body is over the size limit.")
+    return answers
+
+
+def postprocess_common_responses(result, generator, request, public):
+    """Adds `common_error_responses` to every /api/ operation that lacks them."""
+    for path, item in result.get("paths", {}).items():
+        if not path.startswith("/api/"):
+            continue
+        for method in _METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            responses = operation.setdefault("responses", {})
+            for code, answer in common_error_responses(operation, path).items():
+                responses.setdefault(code, answer)
+            if "429" in responses:
+                responses["429"].setdefault("headers", RETRY_AFTER)
+    return result
