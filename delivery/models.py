@@ -37,7 +37,8 @@ class DeliveryAttempt(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=24, choices=Outcome.choices, null=True, blank=True)
     error = models.TextField(null=True, blank=True)
-    provider_message_id = models.CharField(max_length=255, null=True, blank=True)
+    # Text, not varchar: whatever a provider answers (bounded by the provider) is stored.
+    provider_message_id = models.TextField(null=True, blank=True)
 
     class Meta:
         db_table = "delivery_attempt"
@@ -68,11 +69,11 @@ class SimulatedProviderMessage(models.Model):
 
     idempotency_key = models.CharField(max_length=300, primary_key=True)
     channel = models.CharField(max_length=16)
-    recipient = models.CharField(max_length=320)
+    recipient = models.TextField()
     calls = models.PositiveIntegerField(default=0)
     # Set once the provider has answered finally (accepted or rejected); later calls repeat it.
     outcome = models.CharField(max_length=24, null=True, blank=True)
-    message_id = models.CharField(max_length=255, null=True, blank=True)
+    message_id = models.TextField(null=True, blank=True)
     sends = models.PositiveIntegerField(default=0)
     first_call_at = models.DateTimeField()
     last_call_at = models.DateTimeField()
@@ -89,7 +90,8 @@ class InboxMessage(models.Model):
 
     id = models.UUIDField(primary_key=True)
     client = models.ForeignKey("clients.Client", on_delete=models.CASCADE, related_name="+")
-    user_id = models.CharField(max_length=255)
+    # The in-app recipient as the notification stored it, however long the API allowed it.
+    user_id = models.TextField()
     notification = models.OneToOneField(
         "notifications.Notification", on_delete=models.CASCADE, related_name="inbox_message"
     )

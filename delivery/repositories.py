@@ -4,23 +4,32 @@ Invariants protected here:
 - a row is claimed by at most one worker at a time (FOR UPDATE SKIP LOCKED, then PROCESSING
   under a fresh claim token), and no lock is held after the claim statement commits;
 - a result is applied only by the holder of the current claim token (guarded UPDATE);
-- an attempt is counted when claimed, so a row that kills its worker still runs out of attempts.
+- an attempt is counted when claimed, so a row that kills its worker still runs out of attempts;
+- every time (due, claim expiry, attempt start and end) is the database's clock,
+  notifyqueue_now(), never the worker's;
+- a result that cannot be written with its batch is written on its own, and a result that
+  cannot be written at all still ends its row (dead-lettered with the reason): no row is ever
+  left waiting for its claim to expire because of what a provider answered.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from notifyqueue.sqlfile import queries_load
 
 SQL = queries_load(Path(__file__).with_name("sql") / "queries.sql")
+
+log = logging.getLogger("notifyqueue.delivery")
 
 
 @dataclass(frozen=True)
@@ -43,8 +52,9 @@ class Claim:
     template: str | None = None
     payload: dict[str, Any] | None = None
     fallback_channels: tuple[str, ...] = ()
-    # After this the row may be reclaimed by another worker: too late to start delivering.
-    claim_expires_at: datetime | None = None
+    # time.monotonic() past which this worker must not start the send: the claim could
+    # expire (by the database's clock) before the provider answered. Set by the worker.
+    start_by: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -57,8 +67,9 @@ class Finish:
     outcome: str
     error: str | None = None
     message_id: str | None = None
-    # When the row is next due (a retry or deferral); None keeps the current due time.
-    due_at: datetime | None = None
+    # Seconds from now (the database's now) until the row is next due (a retry or fallback);
+    # None keeps the current due time.
+    delay_s: float | None = None
     # -1 gives the attempt back (the message was never tried); 0 keeps it counted.
     attempt_delta: int = 0
     # A channel switch (fallback): the row's new channel, address, rendered content and
@@ -69,6 +80,18 @@ class Finish:
     body: str | None = None
     fallback_channels: tuple[str, ...] | None = None
     attempt_reset: bool = False
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A result that was applied, and whether the attempt's rate-limit slot was freed."""
+
+    id: uuid.UUID
+    status: str
+    channel: str
+    client_id: uuid.UUID
+    recipient: str
+    freed_slot: bool
 
 
 @dataclass(frozen=True)
@@ -86,13 +109,12 @@ class SimulatedCall:
 
 class DeliveryRepository:
     def notification_claim_due(
-        self, *, worker: str, limit: int, now: datetime, claim_timeout_s: float
+        self, *, worker: str, limit: int, claim_timeout_s: float
     ) -> list[Claim]:
         rows = self._fetch(
             "notification_claim_due",
             worker=worker,
             limit=limit,
-            now=now,
             claim_timeout_s=claim_timeout_s,
         )
         # Django's cursor hands jsonb back as text (its JSONField decodes it); decode here.
@@ -105,25 +127,61 @@ class DeliveryRepository:
                 template=row[12],
                 payload=None if row[13] is None else json.loads(row[13]),
                 fallback_channels=tuple(json.loads(row[14])),
-                claim_expires_at=row[15],
             )
             for row in rows
         ]
 
-    def notification_finish(self, finishes: list[Finish], *, now: datetime) -> dict[uuid.UUID, str]:
-        """Applies results; returns the rows it changed. A stale token is simply absent."""
+    def notification_finish(self, finishes: list[Finish]) -> list[Finished]:
+        """Applies results; returns the rows it changed (a stale token is simply absent).
+
+        One statement for the batch. If it fails for anything but a lost connection (which
+        the caller retries with the results kept), each result is applied on its own, and one
+        that still fails ends its row as DEAD_LETTERED with the reason. Raises only when the
+        database is unreachable."""
         if not finishes:
-            return {}
+            return []
+        try:
+            return self._finish(finishes)
+        except (OperationalError, InterfaceError):
+            raise
+        except DatabaseError:
+            log.exception(
+                "batched finish of %d results failed; applying them one by one", len(finishes)
+            )
+        finished: list[Finished] = []
+        for finish in finishes:
+            try:
+                finished += self._finish([finish])
+            except (OperationalError, InterfaceError):
+                raise
+            except DatabaseError as exc:
+                log.exception("result of notification=%s cannot be recorded", finish.id)
+                finished += self._finish_unrecordable(finish, exc)
+        return finished
+
+    def _finish_unrecordable(self, finish: Finish, exc: DatabaseError) -> list[Finished]:
+        reason = (
+            f"result {finish.outcome} could not be recorded ({type(exc).__name__}); "
+            "dead-lettered so the notification does not wait for its claim to expire"
+        )
+        rows = self._fetch(
+            "notification_finish_unrecordable",
+            id=finish.id,
+            token=finish.claim_token,
+            reason=reason,
+        )
+        return [Finished(*row, freed_slot=False) for row in rows]
+
+    def _finish(self, finishes: list[Finish]) -> list[Finished]:
         rows = self._fetch(
             "notification_finish",
-            now=now,
             ids=[f.id for f in finishes],
             tokens=[f.claim_token for f in finishes],
             statuses=[f.status for f in finishes],
             outcomes=[f.outcome for f in finishes],
-            errors=[f.error for f in finishes],
-            message_ids=[f.message_id for f in finishes],
-            due_ats=[f.due_at for f in finishes],
+            errors=[_text(f.error) for f in finishes],
+            message_ids=[_text(f.message_id) for f in finishes],
+            delays=[f.delay_s for f in finishes],
             attempt_deltas=[f.attempt_delta for f in finishes],
             attempt_resets=[f.attempt_reset for f in finishes],
             channels=[f.channel for f in finishes],
@@ -135,43 +193,36 @@ class DeliveryRepository:
                 for f in finishes
             ],
         )
-        return dict(rows)
+        return [Finished(*row) for row in rows]
 
-    def notification_reclaim_expired(self, *, now: datetime, limit: int = 1000) -> list[Reclaimed]:
-        return [
-            Reclaimed(*row)
-            for row in self._fetch("notification_reclaim_expired", now=now, limit=limit)
-        ]
+    def notification_reclaim_expired(self, *, limit: int = 1000) -> list[Reclaimed]:
+        return [Reclaimed(*row) for row in self._fetch("notification_reclaim_expired", limit=limit)]
 
-    def notification_next_due_at(self) -> datetime | None:
-        rows = self._fetch("notification_next_due_at")
+    def notification_next_due_in(self) -> float | None:
+        """Seconds until the next waiting row is due by the database's clock (<= 0: now)."""
+        rows = self._fetch("notification_next_due_in")
         return rows[0][0] if rows else None
 
-    def worker_heartbeat(
-        self, *, worker: str, hostname: str, pid: int, now: datetime, delivered: int
-    ) -> None:
+    def worker_heartbeat(self, *, worker: str, hostname: str, pid: int, delivered: int) -> None:
         self._execute(
             "worker_heartbeat_upsert",
             worker=worker,
             hostname=hostname,
             pid=pid,
-            now=now,
             delivered=delivered,
         )
 
-    def worker_stopped(self, *, worker: str, now: datetime, delivered: int) -> None:
-        self._execute("worker_heartbeat_stop", worker=worker, now=now, delivered=delivered)
+    def worker_stopped(self, *, worker: str, delivered: int) -> None:
+        self._execute("worker_heartbeat_stop", worker=worker, delivered=delivered)
 
     def simulated_message_call(
-        self, *, key: str, channel: str, recipient: str, now: datetime, decide
+        self, *, key: str, channel: str, recipient: str, decide
     ) -> SimulatedCall:
         """Records a call to the simulated provider. A key with a final answer gets it again;
         otherwise `decide(calls)` answers, and a final answer is settled once (autocommit
         statements, no explicit transaction: the guarded UPDATE makes a race harmless)."""
         call = SimulatedCall(
-            *self._fetch(
-                "simulated_message_call", key=key, channel=channel, recipient=recipient, now=now
-            )[0]
+            *self._fetch("simulated_message_call", key=key, channel=channel, recipient=recipient)[0]
         )
         if call.outcome is not None:
             return call
@@ -193,6 +244,11 @@ class DeliveryRepository:
     def _execute(name: str, **params: Any) -> None:
         with connection.cursor() as cursor:
             cursor.execute(SQL[name], params)
+
+
+def _text(value: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL; a provider's answer may. Anything else is kept."""
+    return None if value is None else value.replace("\x00", "\ufffd")
 
 
 @dataclass(frozen=True)

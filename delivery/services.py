@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Protocol
 
 from delivery.models import Outcome
@@ -60,7 +59,7 @@ class Router(Protocol):
         """The first of the claim's fallbacks allowed now, rendered for it; None if none is."""
 
 
-def claim_recheck(claim: Claim, *, router: Router, now: datetime) -> Claim | Finish:
+def claim_recheck(claim: Claim, *, router: Router) -> Claim | Finish:
     """Before a preference-mode send: the claim to send (at the user's current address), or
     the Finish that moves it to a fallback or SUPPRESSED. Nothing is sent in the latter case,
     so the attempt is given back (a switch resets the count anyway)."""
@@ -78,14 +77,13 @@ def claim_recheck(claim: Claim, *, router: Router, now: datetime) -> Claim | Fin
             error=f"suppressed: {reason} and no fallback channel is",
             attempt_delta=-1,
         )
-    return _switch(claim, switch, Outcome.REROUTED, f"{reason}; switched to {switch.channel}", now)
+    return _switch(claim, switch, Outcome.REROUTED, f"{reason}; switched to {switch.channel}")
 
 
 def attempt_finish(
     claim: Claim,
     result: ProviderResult,
     *,
-    now: datetime,
     policy: RetryPolicy,
     rng: random.Random,
     router: Router | None = None,
@@ -106,24 +104,23 @@ def attempt_finish(
             return ends(Status.SENT, Outcome.SENT, message_id=message_id)
         case PermanentFailure(error):
             if switch := fallback():
-                return _switch(claim, switch, Outcome.PERMANENT_FAILURE, error, now)
+                return _switch(claim, switch, Outcome.PERMANENT_FAILURE, error)
             return ends(Status.FAILED, Outcome.PERMANENT_FAILURE, error=error)
         case TemporaryFailure(error) if claim.attempt_count >= claim.max_attempts:
             if switch := fallback():
-                return _switch(claim, switch, Outcome.TEMPORARY_FAILURE, error, now)
+                return _switch(claim, switch, Outcome.TEMPORARY_FAILURE, error)
             return ends(Status.DEAD_LETTERED, Outcome.TEMPORARY_FAILURE, error=error)
         case TemporaryFailure(error):
-            delay = policy.delay_s(claim.attempt_count, rng)
             return ends(
                 Status.PENDING,
                 Outcome.TEMPORARY_FAILURE,
                 error=error,
-                due_at=now + timedelta(seconds=delay),
+                delay_s=policy.delay_s(claim.attempt_count, rng),
             )
     raise TypeError(f"not a provider result: {result!r}")
 
 
-def _switch(claim: Claim, route: Route, outcome: str, error: str, now: datetime) -> Finish:
+def _switch(claim: Claim, route: Route, outcome: str, error: str) -> Finish:
     """Moves the row to `route`'s channel: PENDING, due now, attempts reset to 0."""
     return Finish(
         claim.id,
@@ -131,7 +128,7 @@ def _switch(claim: Claim, route: Route, outcome: str, error: str, now: datetime)
         Status.PENDING,
         outcome,
         error=error,
-        due_at=now,
+        delay_s=0.0,
         channel=route.channel,
         recipient=route.recipient,
         subject=route.subject,

@@ -1,10 +1,15 @@
 """The delivery worker: claims due notifications, delivers them, records the results.
 
 `Worker.run_once()` is one step (collect finished deliveries, record them in one statement,
-claim more when a delivery slot is free) and returns what it did; `Worker.run()` wraps it in a
-loop with heartbeats, reclaiming of expired claims, and LISTEN/NOTIFY wake-ups. Deliveries run
-on `concurrency` threads, so that many provider calls are in flight at once; no database lock
-is held during any of them.
+claim as many rows as there are free delivery slots) and returns what it did; `Worker.run()`
+wraps it in a loop with heartbeats, reclaiming of expired claims, and LISTEN/NOTIFY wake-ups.
+Deliveries run on `concurrency` threads, so that many provider calls are in flight at once; no
+database lock is held during any of them.
+
+A worker never holds more claims than it has free slots: a claimed row starts at once, so a
+CRITICAL created now is the next row claimed, and no claim's timer runs out in a local queue.
+Every decision about time is the database's (see notifyqueue_now()); the worker's own clock
+only measures how long it has held a claim (time.monotonic()).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import psycopg
@@ -26,9 +31,8 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from delivery.circuits.services import Circuit, CircuitPolicy, Refused, circuits_register
-from delivery.models import Outcome
 from delivery.providers.base import Message, Provider, ProviderResult, TemporaryFailure
-from delivery.repositories import Claim, DeliveryRepository, Finish
+from delivery.repositories import Claim, DeliveryRepository, Finish, Finished
 from delivery.services import RetryPolicy, Router, attempt_finish, claim_recheck, claim_release
 from monitoring.metrics import DELIVERY as metrics
 from preferences.services import PreferenceRouter
@@ -56,6 +60,9 @@ class WorkerConfig:
     concurrency: int = 8
     batch_size: int = 100
     claim_timeout_s: float = 300.0
+    # The longest a provider call may take (NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS): a send is
+    # started only while at least this much of its claim is left.
+    send_timeout_s: float = 0.0
     poll_interval_s: float = 1.0
     heartbeat_s: float = 5.0
     # None switches the per-recipient limit off (tests of other behaviour use this).
@@ -120,13 +127,7 @@ class DeliveryPool:
     def _run(self) -> None:
         try:
             while (claim := self._tasks.get()) is not None:
-                try:
-                    finish = self._deliver(claim)
-                except Exception:
-                    # Unknown whether it was sent: leave the claim to expire and be re-sent
-                    # under the same idempotency key. The thread itself must survive.
-                    log.exception("delivery of notification=%s failed", claim.id)
-                    finish = None
+                finish = self._deliver(claim)
                 self._done.put(finish)
                 if connection.errors_occurred:
                     connection.close_if_unusable_or_obsolete()
@@ -166,32 +167,33 @@ class Worker:
         self._unrecorded: list[Finish] = []
         self._next_maintenance = 0.0
         self._stopping = threading.Event()
-        self._pool = DeliveryPool(config.concurrency, self._deliver)
+        self._pool = DeliveryPool(config.concurrency, self._deliver_guarded)
 
     # --- one step -------------------------------------------------------------------------
 
     def run_once(self, *, wait_s: float = 0.0) -> StepResult:
-        """Records what finished (waiting up to `wait_s` for it), then claims a batch if a
-        delivery slot is free and the worker is not stopping."""
+        """Records what finished (waiting up to `wait_s` for it), then claims as many rows as
+        there are free delivery slots (at most batch_size), unless the worker is stopping."""
         finished = self._record(self._pool.results(wait_s))
         claimed = 0
-        if not self._stopping.is_set() and self._pool.outstanding < self.config.concurrency:
+        free = min(self.config.batch_size, self.config.concurrency - self._pool.outstanding)
+        if not self._stopping.is_set() and free > 0:
+            claimed_at = time.monotonic()
             claims = self.repository.notification_claim_due(
                 worker=self.worker_id,
-                limit=self.config.batch_size,
-                now=self.clock(),
+                limit=free,
                 claim_timeout_s=self.config.claim_timeout_s,
             )
-            self._pool.submit(claims)
+            start_by = claimed_at + self.config.claim_timeout_s - self.config.send_timeout_s
+            self._pool.submit(replace(claim, start_by=start_by) for claim in claims)
             claimed = len(claims)
         return StepResult(claimed=claimed, finished=finished, in_flight=self._pool.outstanding)
 
     def reclaim_expired(self) -> int:
         """Returns expired claims of dead or stalled workers to the queue."""
-        now = self.clock()
-        reclaimed = self.repository.notification_reclaim_expired(now=now)
+        reclaimed = self.repository.notification_reclaim_expired()
         if self.config.rate_limit:
-            self.rate_limits.ratelimit_prune(now=now, window_s=self.config.rate_limit.window_s)
+            self.rate_limits.ratelimit_prune(window_s=self.config.rate_limit.window_s)
         for row in reclaimed:
             log.warning(
                 "claim expired notification=%s status=%s worker=%s",
@@ -206,7 +208,6 @@ class Worker:
             worker=self.worker_id,
             hostname=socket.gethostname(),
             pid=os.getpid(),
-            now=self.clock(),
             delivered=self.delivered,
         )
 
@@ -260,10 +261,9 @@ class Worker:
     def _idle_wait_s(self) -> float:
         """Sleeps until the next row is due, but never longer than the poll interval, so a
         lost wake-up costs at most one interval."""
-        next_due = self.repository.notification_next_due_at()
-        if next_due is None:
+        until_due = self.repository.notification_next_due_in()
+        if until_due is None:
             return self.config.poll_interval_s
-        until_due = (next_due - self.clock()).total_seconds()
         return max(0.0, min(until_due, self.config.poll_interval_s))
 
     def _shutdown(self) -> None:
@@ -272,9 +272,7 @@ class Worker:
             self._record(released)  # at once: another worker may take them meanwhile
             while self._pool.outstanding:
                 self._record(self._pool.results(wait_s=0.1))
-            self.repository.worker_stopped(
-                worker=self.worker_id, now=self.clock(), delivered=self.delivered
-            )
+            self.repository.worker_stopped(worker=self.worker_id, delivered=self.delivered)
         except DatabaseError:
             # The claims stay PROCESSING until they expire; another worker then re-sends them
             # with the same idempotency keys, so nothing is lost or sent twice.
@@ -290,17 +288,24 @@ class Worker:
 
     # --- delivery (runs on pool threads) ---------------------------------------------------
 
+    def _deliver_guarded(self, claim: Claim) -> Finish | None:
+        """`_deliver`, but an unexpected error still ends the claim: a failed attempt, retried
+        after its backoff under the same idempotency key (whether it was sent is unknown), so
+        the row never waits out its claim timeout."""
+        try:
+            return self._deliver(claim)
+        except Exception as exc:
+            log.exception("delivery of notification=%s failed", claim.id)
+            return attempt_finish(
+                claim,
+                TemporaryFailure(f"worker error {type(exc).__name__}"),
+                policy=self.policy,
+                rng=self.rng,
+            )
+
     def _deliver(self, claim: Claim) -> Finish | None:
         """One claim, start to finish: the send-time checks, then the provider. Returns the
-        result to record, or None when the row was settled here (a rate-limit deferral) or
-        must not be touched (the claim expired while it waited for a thread)."""
-        if claim.claim_expires_at is not None and self.clock() >= claim.claim_expires_at:
-            log.warning(
-                "claim expired before delivery started notification=%s worker=%s",
-                claim.id,
-                self.worker_id,
-            )
-            return None
+        result to record, or None when the row was settled here (a rate-limit deferral)."""
         started = time.monotonic()
         try:
             ready = self._prepare(claim)
@@ -308,15 +313,36 @@ class Worker:
             # Nothing was sent. A failed attempt, not a release: it backs off, and a row that
             # breaks the checks every time runs out of attempts instead of looping.
             log.exception("send-time checks failed notification=%s", claim.id)
-            ready, result = claim, TemporaryFailure(f"send-time checks failed: {exc}")
+            ready, result = (
+                claim,
+                TemporaryFailure(f"send-time checks failed: {type(exc).__name__}"),
+            )
         else:
             if not isinstance(ready, Claim):
                 return ready
+            if time.monotonic() >= claim.start_by:
+                # Too little of the claim is left for the provider to answer before another
+                # worker may take it over: give it back unsent, its attempt returned.
+                log.warning(
+                    "claim too old to start notification=%s worker=%s; released",
+                    claim.id,
+                    self.worker_id,
+                )
+                return claim_release(claim)
             result = self._send(ready)
-        finish = attempt_finish(
-            ready, result, now=self.clock(), policy=self.policy, rng=self.rng, router=self.router
-        )
-        metrics.attempt_finished(ready, finish, duration_s=time.monotonic() - started)
+        try:
+            finish = attempt_finish(
+                ready, result, policy=self.policy, rng=self.rng, router=self.router
+            )
+        except Exception:
+            # The fallback look-up failed after the provider answered: the answer is still
+            # recorded, as if no fallback were left.
+            log.exception("fallback look-up failed notification=%s", claim.id)
+            finish = attempt_finish(ready, result, policy=self.policy, rng=self.rng)
+        try:
+            metrics.attempt_finished(ready, finish, duration_s=time.monotonic() - started)
+        except Exception:
+            log.exception("attempt metrics not updated notification=%s", claim.id)
         log.info(
             "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s "
             "status=%s worker=%s",
@@ -335,7 +361,7 @@ class Worker:
         (possibly switched to a fallback channel), a Finish that ends it without sending, or
         None when the rate limit deferred it."""
         if claim.user_id is not None:
-            rechecked = claim_recheck(claim, router=self.router, now=self.clock())
+            rechecked = claim_recheck(claim, router=self.router)
             if isinstance(rechecked, Finish):
                 log.info(
                     "preferences changed notification=%s client=%s channel=%s status=%s "
@@ -351,10 +377,7 @@ class Worker:
             claim = rechecked
         if self.config.rate_limit:
             admission = recipient_admit(
-                claim,
-                rate_limit=self.config.rate_limit,
-                now=self.clock(),
-                repository=self.rate_limits,
+                claim, rate_limit=self.config.rate_limit, repository=self.rate_limits
             )
             if not isinstance(admission, Admitted):
                 if isinstance(admission, Deferred):
@@ -406,17 +429,23 @@ class Worker:
         return result
 
     def _record(self, finishes: list[Finish]) -> int:
-        """Applies results in one statement. If the database is unreachable they are kept and
-        applied with the next batch."""
+        """Applies results in one statement (row by row if that fails; see
+        `notification_finish`). If the database is unreachable they are kept and applied with
+        the next batch."""
         finishes, self._unrecorded = self._unrecorded + finishes, []
         if not finishes:
             return 0
         try:
-            applied = self.repository.notification_finish(finishes, now=self.clock())
+            finished = self.repository.notification_finish(finishes)
         except DatabaseError:
             self._unrecorded = finishes
             raise
-        metrics.results_recorded(finishes, applied)
+        applied = {row.id: row.status for row in finished}
+        self._release_freed_slots(finished)
+        try:
+            metrics.results_recorded(finishes, applied)
+        except Exception:
+            log.exception("result metrics not updated")
         for finish in finishes:
             if finish.id not in applied:
                 log.warning(
@@ -426,8 +455,19 @@ class Worker:
                     finish.outcome,
                     self.worker_id,
                 )
-        self.delivered += sum(1 for f in finishes if f.outcome == Outcome.SENT and f.id in applied)
+        self.delivered += sum(1 for row in finished if row.status == "SENT")
         return len(applied)
+
+    def _release_freed_slots(self, finished: list[Finished]) -> None:
+        """Failed attempts gave back their rate-limit slots: the next row each recipient has
+        waiting behind a deferral may go now instead of at its scheduled slot."""
+        freed = [(r.channel, r.client_id, r.recipient, r.id) for r in finished if r.freed_slot]
+        if freed and self.config.rate_limit:
+            try:
+                self.rate_limits.ratelimit_release_freed(freed)
+            except DatabaseError:
+                # Only an optimisation: the held rows still go at their scheduled slots.
+                log.exception("freed rate-limit slots not passed on worker=%s", self.worker_id)
 
 
 class WakeupListener:

@@ -74,6 +74,10 @@ class Notification(models.Model):
     # (moved forward by backoff and rate-limit deferrals).
     send_at = models.DateTimeField()
     due_at = models.DateTimeField()
+    # Set while a rate-limit deferral holds the row later than it would otherwise go: the due
+    # time it had before (its send_at or retry backoff). A freed slot may move the row forward
+    # again, never earlier than this.
+    rate_deferred_from = models.DateTimeField(null=True, blank=True)
     attempt_count = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField()
     last_error = models.TextField(null=True, blank=True)

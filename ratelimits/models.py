@@ -9,7 +9,11 @@ from django.db import models
 
 
 class RecipientDelivery(models.Model):
-    recipient = models.CharField(max_length=320)
+    # sha256 of the rate-limit key (`ratelimit_key()` in SQL): the address itself for email,
+    # SMS and push (it protects the person, whichever client sends), `in_app:<client>:<user>`
+    # for in-app (a user id is only unique within its client). A digest keeps the index
+    # entry bounded whatever the recipient's length (a push token may be 4,096 characters).
+    key = models.BinaryField()
     at = models.DateTimeField()
     notification = models.ForeignKey(
         "notifications.Notification", on_delete=models.CASCADE, related_name="+"
@@ -20,9 +24,9 @@ class RecipientDelivery(models.Model):
     class Meta:
         db_table = "ratelimit_delivery"
         indexes = [
-            models.Index(fields=["recipient", "at"], name="ratelimit_recipient_at"),
+            models.Index(fields=["key", "at"], name="ratelimit_key_at"),
             models.Index(fields=["at"], name="ratelimit_at"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.recipient} at {self.at:%Y-%m-%d %H:%M:%S}"
+        return f"{bytes(self.key).hex()[:12]} at {self.at:%Y-%m-%d %H:%M:%S}"

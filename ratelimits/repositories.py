@@ -2,10 +2,12 @@
 `ratelimits/sql/ratelimits.sql`.
 
 Invariants protected here:
-- a recipient's check-and-record is serialised by a transaction-level advisory lock on the
-  recipient, so two workers cannot both take its last slot;
+- a key's check-and-record is serialised by a transaction-level advisory lock on the key, so
+  two workers cannot both take its last slot;
 - a deferred notification goes back to PENDING with its attempt returned, due when a slot
-  frees, and only if the caller still holds its claim.
+  frees, and only if the caller still holds its claim;
+- a freed slot (a failed attempt, a slot left over) lets the next held row of its key go;
+- every time is the database's (notifyqueue_now()), never the caller's clock.
 """
 
 from __future__ import annotations
@@ -44,22 +46,24 @@ class RateLimitRepository:
     def recipient_admit(
         self,
         *,
+        channel: str,
+        client_id: uuid.UUID,
         recipient: str,
         notification_id: uuid.UUID,
         claim_token: uuid.UUID,
         critical: bool,
-        now: datetime,
         limit: int,
         window_s: float,
     ) -> Admission:
         """Records a delivery for the recipient if it has a slot (CRITICAL always has one);
         otherwise defers the notification to the moment a slot frees."""
         params = {
+            "channel": channel,
+            "client_id": client_id,
             "recipient": recipient,
             "notification_id": notification_id,
             "claim_token": claim_token,
             "critical": critical,
-            "now": now,
             "limit": limit,
             "window_s": window_s,
         }
@@ -77,9 +81,26 @@ class RateLimitRepository:
                 row = cursor.fetchone()
         return Deferred(row[0]) if row else ClaimLost()
 
-    def ratelimit_prune(self, *, now: datetime, window_s: float, limit: int = 10_000) -> int:
+    def ratelimit_release_freed(self, freed: list[tuple[str, uuid.UUID, str, uuid.UUID]]) -> None:
+        """For each (channel, client, recipient, notification) whose failed attempt freed a
+        slot, lets the next row a deferral holds back for that key go now."""
+        if not freed:
+            return
+        channels, client_ids, recipients, ids = (
+            list(column) for column in zip(*freed, strict=True)
+        )
         with connection.cursor() as cursor:
             cursor.execute(
-                SQL["ratelimit_prune"], {"now": now, "window_s": window_s, "limit": limit}
+                SQL["ratelimit_release_freed"],
+                {
+                    "channels": channels,
+                    "client_ids": client_ids,
+                    "recipients": recipients,
+                    "ids": ids,
+                },
             )
+
+    def ratelimit_prune(self, *, window_s: float, limit: int = 10_000) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(SQL["ratelimit_prune"], {"window_s": window_s, "limit": limit})
             return cursor.rowcount

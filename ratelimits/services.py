@@ -7,7 +7,6 @@ back. CRITICAL notifications are never held back, but they are counted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from delivery.repositories import Claim
 from notifications.models import Priority
@@ -21,14 +20,15 @@ class RateLimit:
 
 
 def recipient_admit(
-    claim: Claim, *, rate_limit: RateLimit, now: datetime, repository: RateLimitRepository
+    claim: Claim, *, rate_limit: RateLimit, repository: RateLimitRepository
 ) -> Admission:
     return repository.recipient_admit(
+        channel=claim.channel,
+        client_id=claim.client_id,
         recipient=claim.recipient,
         notification_id=claim.id,
         claim_token=claim.claim_token,
         critical=claim.priority == Priority.CRITICAL,
-        now=now,
         limit=rate_limit.limit,
         window_s=rate_limit.window_s,
     )

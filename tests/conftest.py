@@ -7,6 +7,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from clients.models import Client, ClientAPIKey
+from tests.clock import DbClock
 
 
 @pytest.fixture
@@ -43,3 +44,12 @@ def database_url() -> str:
         return f"postgresql://{s['USER']}:{s['PASSWORD'] or ''}@/{s['NAME']}?host={host}"
     port = f":{s['PORT']}" if s["PORT"] else ""
     return f"postgresql://{s['USER']}:{s['PASSWORD'] or ''}@{host}{port}/{s['NAME']}"
+
+
+@pytest.fixture(autouse=True)
+def _database_clock_restored(django_db_blocker):
+    """A test that froze the database clock (DbClock) gets the real one back afterwards."""
+    yield
+    if DbClock.installed:
+        with django_db_blocker.unblock():
+            DbClock.restore()

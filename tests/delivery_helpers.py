@@ -7,32 +7,17 @@ import random
 import threading
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-from django.utils import timezone
 
 from delivery.circuits.services import CircuitPolicy
 from delivery.providers.in_app import InAppProvider
 from delivery.providers.simulated import SimulatedProvider
 from delivery.services import RetryPolicy
 from delivery.worker import Worker, WorkerConfig
+from tests.clock import DbClock
 
-
-class FakeClock:
-    """A clock the test moves by hand, so backoff is proven without sleeping."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or timezone.now()
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self.now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += timedelta(seconds=seconds)
+# The database's clock, moved by the test (see tests/clock.py).
+FakeClock = DbClock
 
 
 def simulated_providers(**kwargs) -> dict:

@@ -1,7 +1,6 @@
 """GET /api/v1/notifications/{id}/attempts."""
 
 import pytest
-from django.utils import timezone
 
 from delivery.models import Outcome
 from delivery.repositories import DeliveryRepository, Finish
@@ -14,13 +13,11 @@ pytestmark = pytest.mark.django_db
 def test_attempts_lists_each_attempt_with_its_outcome(api, acme):
     notification = NotificationFactory(client=acme[0])
     repo = DeliveryRepository()
-    now = timezone.now()
-    [claim] = repo.notification_claim_due(worker="w1", limit=1, now=now, claim_timeout_s=30)
+    [claim] = repo.notification_claim_due(worker="w1", limit=1, claim_timeout_s=30)
     repo.notification_finish(
-        [Finish(claim.id, claim.claim_token, Status.PENDING, Outcome.TEMPORARY_FAILURE, "busy")],
-        now=now,
+        [Finish(claim.id, claim.claim_token, Status.PENDING, Outcome.TEMPORARY_FAILURE, "busy")]
     )
-    [claim] = repo.notification_claim_due(worker="w2", limit=1, now=now, claim_timeout_s=30)
+    [claim] = repo.notification_claim_due(worker="w2", limit=1, claim_timeout_s=30)
 
     response = api.get(f"/api/v1/notifications/{notification.id}/attempts")
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 from delivery.models import DeliveryAttempt, Outcome
 from delivery.repositories import SQL, DeliveryRepository, Finish
 from notifications.models import Notification, Status
+from tests.clock import DbClock
 from tests.factories import ClientFactory, NotificationFactory
 
 repo = DeliveryRepository()
@@ -51,9 +52,7 @@ def test_exactly_one_of_ten_workers_claims_a_single_notification():
 
         def claim(i, barrier):
             barrier.wait()
-            return repo.notification_claim_due(
-                worker=f"w{i}", limit=1, now=timezone.now(), claim_timeout_s=30
-            )
+            return repo.notification_claim_due(worker=f"w{i}", limit=1, claim_timeout_s=30)
 
         claims = [c for batch in run_in_threads(10, claim) for c in batch]
         assert [c.id for c in claims] == [notification.id]
@@ -121,15 +120,16 @@ def test_claim_takes_due_rows_in_priority_then_due_then_creation_order():
     normal_early = NotificationFactory(client=client, priority=2, due_at=now - timedelta(minutes=5))
     critical = NotificationFactory(client=client, priority=0, due_at=now)
     NotificationFactory(client=client, priority=0, due_at=now + timedelta(minutes=1))  # not due
-    claims = repo.notification_claim_due(worker="w", limit=10, now=now, claim_timeout_s=30)
+    DbClock(now)
+    claims = repo.notification_claim_due(worker="w", limit=10, claim_timeout_s=30)
     assert [c.id for c in claims] == [critical.id, normal_early.id, normal_late.id, low.id]
 
 
 @pytest.mark.django_db
 def test_claim_records_the_attempt_it_starts():
     notification = NotificationFactory()
-    now = timezone.now()
-    [claim] = repo.notification_claim_due(worker="w1", limit=5, now=now, claim_timeout_s=30)
+    now = DbClock().now
+    [claim] = repo.notification_claim_due(worker="w1", limit=5, claim_timeout_s=30)
     attempt = DeliveryAttempt.objects.get(notification=notification)
     assert (attempt.number, attempt.worker, attempt.claim_token) == (1, "w1", claim.claim_token)
     assert attempt.finished_at is None
@@ -140,21 +140,23 @@ def test_claim_records_the_attempt_it_starts():
 @pytest.mark.django_db
 def test_stale_workers_late_result_is_rejected_by_the_claim_token():
     notification = NotificationFactory()
-    t0 = timezone.now()
-    [slow] = repo.notification_claim_due(worker="slow", limit=1, now=t0, claim_timeout_s=30)
+    clock = DbClock()
+    [slow] = repo.notification_claim_due(worker="slow", limit=1, claim_timeout_s=30)
     # The slow worker's claim expires; another worker reclaims and claims it again.
-    t1 = t0 + timedelta(seconds=31)
-    assert [r.id for r in repo.notification_reclaim_expired(now=t1)] == [notification.id]
-    [fast] = repo.notification_claim_due(worker="fast", limit=1, now=t1, claim_timeout_s=30)
+    clock.advance(31)
+    assert [r.id for r in repo.notification_reclaim_expired()] == [notification.id]
+    [fast] = repo.notification_claim_due(worker="fast", limit=1, claim_timeout_s=30)
     assert fast.claim_token != slow.claim_token
 
     late = Finish(slow.id, slow.claim_token, Status.SENT, Outcome.SENT, message_id="late")
-    assert repo.notification_finish([late], now=t1) == {}
+    assert repo.notification_finish([late]) == []
     notification.refresh_from_db()
     assert notification.status == Status.PROCESSING  # untouched by the stale result
 
     current = Finish(fast.id, fast.claim_token, Status.SENT, Outcome.SENT, message_id="m-2")
-    assert repo.notification_finish([current], now=t1) == {notification.id: "SENT"}
+    assert [(f.id, f.status) for f in repo.notification_finish([current])] == [
+        (notification.id, "SENT")
+    ]
     notification.refresh_from_db()
     assert (notification.status, notification.attempt_count) == (Status.SENT, 2)
     outcomes = list(
@@ -168,12 +170,12 @@ def test_stale_workers_late_result_is_rejected_by_the_claim_token():
 @pytest.mark.django_db
 def test_a_crash_on_the_last_attempt_gets_one_final_resend_then_dead_letters():
     notification = NotificationFactory(max_attempts=2)
-    t0 = timezone.now()
+    clock = DbClock()
     for attempt in (1, 2, 3):
-        [claim] = repo.notification_claim_due(worker="w", limit=1, now=t0, claim_timeout_s=1)
+        [claim] = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=1)
         assert claim.attempt_count == attempt
-        t0 += timedelta(seconds=2)  # the worker dies; its claim expires
-        [reclaimed] = repo.notification_reclaim_expired(now=t0)
+        clock.advance(2)  # the worker dies; its claim expires
+        [reclaimed] = repo.notification_reclaim_expired()
         expected = Status.DEAD_LETTERED if attempt == 3 else Status.PENDING
         assert reclaimed.status == expected
     notification.refresh_from_db()
@@ -204,7 +206,7 @@ def test_claim_plan_reads_the_partial_pending_index():
         cursor.execute("ANALYZE notification")
         cursor.execute(
             "EXPLAIN " + SQL["notification_claim_due"],
-            {"worker": "w", "limit": 100, "now": timezone.now(), "claim_timeout_s": 30},
+            {"worker": "w", "limit": 100, "claim_timeout_s": 30},
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using notification_pending_claim" in plan, plan
@@ -231,9 +233,7 @@ def test_cancel_racing_a_claim_exactly_one_wins_and_a_cancelled_row_is_never_sen
                     return "cancel"
                 except NotificationNotCancellable:
                     return None
-            claims = repo.notification_claim_due(
-                worker="w", limit=1, now=timezone.now(), claim_timeout_s=30
-            )
+            claims = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
             return "claim" if claims else None
 
         results = [r for r in run_in_threads(2, race) if r]

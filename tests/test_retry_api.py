@@ -94,9 +94,7 @@ def test_retry_of_any_other_status_is_409_and_changes_nothing(operator, status):
 @pytest.mark.django_db
 def test_retry_of_a_processing_notification_is_409_and_keeps_the_claim(operator):
     notification = NotificationFactory()
-    (claim,) = DeliveryRepository().notification_claim_due(
-        worker="w", limit=1, now=timezone.now(), claim_timeout_s=30
-    )
+    (claim,) = DeliveryRepository().notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
     assert operator.post(retry_url(notification)).status_code == 409
     notification.refresh_from_db()
     assert notification.status == Status.PROCESSING

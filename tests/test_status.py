@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from delivery.repositories import DeliveryRepository
 from monitoring.repositories import SQL, HealthRepository
 from notifications.models import Priority, Status
+from tests.clock import DbClock
 from tests.factories import ClientFactory, NotificationFactory
 from tests.operator_helpers import notifications_insert_bulk
 from tests.webhook_factories import WebhookEventFactory
@@ -32,13 +33,9 @@ def status():
 
 
 def heartbeat(worker: str, *, seen_ago_s: float = 0.0) -> None:
-    DeliveryRepository().worker_heartbeat(
-        worker=worker,
-        hostname="host",
-        pid=1,
-        now=timezone.now() - timedelta(seconds=seen_ago_s),
-        delivered=0,
-    )
+    DbClock(timezone.now() - timedelta(seconds=seen_ago_s))
+    DeliveryRepository().worker_heartbeat(worker=worker, hostname="host", pid=1, delivered=0)
+    DbClock.restore()
 
 
 def test_an_empty_system_is_healthy_without_authentication():
@@ -85,7 +82,7 @@ def test_a_stale_or_stopped_worker_is_not_live(settings):
     NotificationFactory(due_at=timezone.now() - timedelta(minutes=2))
     heartbeat("stale", seen_ago_s=16)  # missed three heartbeats
     heartbeat("stopped")
-    DeliveryRepository().worker_stopped(worker="stopped", now=timezone.now(), delivered=0)
+    DeliveryRepository().worker_stopped(worker="stopped", delivered=0)
 
     code, body = status()
 

@@ -30,10 +30,10 @@ def drain(worker, clock: FakeClock, *, max_steps: int = 200) -> None:
         step = worker.run_once(wait_s=0.5)
         if step.claimed or step.finished or step.in_flight:
             continue
-        next_due = repository.notification_next_due_at()
-        if next_due is None:
+        due_in = repository.notification_next_due_in()
+        if due_in is None:
             return
-        clock.now = max(clock.now, next_due)
+        clock.advance(max(0.0, due_in))
     raise AssertionError("worker did not drain the queue")
 
 
@@ -328,39 +328,70 @@ def test_worker_survives_losing_its_database_connections():
     assert not thread.is_alive()
 
 
-def test_a_claim_that_expired_while_waiting_for_a_thread_is_not_delivered(clock, close_workers):
-    """Rows claimed in a batch wait for a delivery thread; one whose claim expired meanwhile
-    may already belong to another worker, so it is left alone and reclaimed instead."""
+def test_a_critical_created_while_the_worker_is_busy_goes_out_next(close_workers):
+    """One slot, batch size 10, nine NORMAL rows waiting: the worker holds one claim only, so
+    a CRITICAL created while that send hangs is the very next one sent (on main it went out
+    ninth of nine, behind the hoarded batch)."""
     from delivery.providers.http import HttpProvider
     from tests.delivery_helpers import LoopbackProvider
 
     provider = LoopbackProvider(hold=True)
     url = provider.start()
-    NotificationFactory.create_batch(3, client=ClientFactory())
-    clock.now = timezone.now()
+    client = ClientFactory()
+    NotificationFactory.create_batch(9, client=client)
     worker = worker_build(
-        providers={"email": HttpProvider(url=url, timeout_s=10)},
-        clock=clock,
-        concurrency=1,
-        batch_size=3,
-        claim_timeout_s=30,
+        providers={"email": HttpProvider(url=url, timeout_s=10)}, concurrency=1, batch_size=10
     )
     close_workers(worker)
     try:
-        assert worker.run_once().claimed == 3
+        assert worker.run_once().claimed == 1
         assert provider.received.wait(10)
-        clock.advance(31)  # the two queued claims expire while the first delivery hangs
+        assert Notification.objects.filter(status=Status.PROCESSING).count() == 1
+        critical = NotificationFactory(client=client, priority=0)
+        provider.hold = False
         provider.release.set()
+        while Notification.objects.filter(status=Status.PENDING).exists():
+            worker.run_once(wait_s=0.5)
         while worker.run_once(wait_s=0.5).in_flight:
             pass
-        assert len(provider.calls) == 1
-        assert Notification.objects.filter(status=Status.PROCESSING).count() == 2
-        assert worker.reclaim_expired() == 2
-        drain(worker, clock)
     finally:
         provider.stop()
-    assert Notification.objects.filter(status=Status.SENT).count() == 3
-    assert len(provider.calls) == 3  # each sent once
+    order = [call.body["id"] for call in provider.calls]
+    assert order[1] == str(critical.id), order
+    assert len(order) == 10
+
+
+def test_a_claim_too_old_to_start_is_given_back_without_using_an_attempt(close_workers):
+    """The send-time checks outlasted the claim's safe start (claim timeout minus provider
+    timeout): the row is released unsent, its attempt and rate-limit slot returned, instead
+    of being dropped to wait for the reaper."""
+    from ratelimits.repositories import RateLimitRepository
+    from ratelimits.services import RateLimit
+
+    class SlowRateLimits(RateLimitRepository):
+        def recipient_admit(self, **kwargs):
+            admitted = super().recipient_admit(**kwargs)
+            time.sleep(0.3)  # e.g. waiting for the recipient's lock
+            return admitted
+
+    notification = NotificationFactory()
+    worker = worker_build(concurrency=1, claim_timeout_s=0.4)
+    worker.config = dataclasses.replace(
+        worker.config, send_timeout_s=0.2, rate_limit=RateLimit(limit=10, window_s=60)
+    )
+    worker.rate_limits = SlowRateLimits()
+    close_workers(worker)
+    assert worker.run_once().claimed == 1
+    worker.stop()
+    while worker.run_once(wait_s=0.5).in_flight:
+        pass
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.PENDING, 0)
+    assert not SimulatedProviderMessage.objects.exists()  # never sent
+    assert DeliveryAttempt.objects.get(notification=notification).outcome == Outcome.RELEASED
+    from ratelimits.models import RecipientDelivery
+
+    assert not RecipientDelivery.objects.exists()  # the slot it was admitted to is free again
 
 
 def test_a_database_error_in_the_send_time_checks_is_a_failed_attempt_not_a_send(

@@ -12,8 +12,6 @@ import random
 import re
 import uuid
 
-from django.utils import timezone
-
 from delivery.providers.base import (
     Accepted,
     Message,
@@ -60,7 +58,6 @@ class SimulatedProvider:
             key=message.idempotency_key,
             channel=message.channel,
             recipient=recipient,
-            now=timezone.now(),
             decide=decide,
         )
         if call.outcome == ACCEPTED:

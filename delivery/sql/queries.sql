@@ -1,6 +1,7 @@
 -- The delivery worker's SQL. `DeliveryRepository` is the only user of these statements.
 -- Every statement that ends a claim names the claim token and expects status PROCESSING, so a
--- worker whose claim was taken over changes nothing.
+-- worker whose claim was taken over changes nothing. Every time comes from notifyqueue_now(),
+-- the database's clock: a worker's own clock never decides what is due or expired.
 
 -- name: notification_claim_due
 -- Takes up to %(limit)s due rows in claim order, skipping rows other workers hold, and marks
@@ -17,7 +18,7 @@ WITH due AS (
     CROSS JOIN LATERAL (
         SELECT id
         FROM notification
-        WHERE status = 'PENDING' AND priority = p.priority AND due_at <= %(now)s
+        WHERE status = 'PENDING' AND priority = p.priority AND due_at <= notifyqueue_now()
         ORDER BY due_at, created_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -28,9 +29,10 @@ WITH due AS (
     SET status = 'PROCESSING',
         claim_token = gen_random_uuid(),
         claimed_by = %(worker)s,
-        claim_expires_at = %(now)s + make_interval(secs => %(claim_timeout_s)s),
+        claim_expires_at = notifyqueue_now() + make_interval(secs => %(claim_timeout_s)s),
         attempt_count = n.attempt_count + 1,
-        updated_at = %(now)s
+        rate_deferred_from = NULL,
+        updated_at = notifyqueue_now()
     FROM due
     WHERE n.id = due.id
     RETURNING n.id, n.claim_token, n.client_id, n.channel, n.recipient, n.subject, n.body,
@@ -38,11 +40,10 @@ WITH due AS (
               n.user_id, n.template, n.payload, n.fallback_channels, n.claim_expires_at
 ), attempt AS (
     INSERT INTO delivery_attempt (notification_id, claim_token, number, channel, worker, started_at)
-    SELECT id, claim_token, attempt_count, channel, %(worker)s, %(now)s FROM claimed
+    SELECT id, claim_token, attempt_count, channel, %(worker)s, notifyqueue_now() FROM claimed
 )
 SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, priority,
-       attempt_count, max_attempts, user_id, template, payload, fallback_channels,
-       claim_expires_at
+       attempt_count, max_attempts, user_id, template, payload, fallback_channels
 FROM claimed
 ORDER BY priority, due_at, created_at;
 
@@ -53,20 +54,24 @@ ORDER BY priority, due_at, created_at;
 -- webhook event here, from the trigger on notification (see migration delivery 0002).
 -- A fallback switch (channel and content non-null, attempt_reset true) moves the row to its
 -- next channel with its attempts reset; the finished attempt row keeps the old channel, so
--- the history shows both.
+-- the history shows both. A retry or deferral carries its wait in seconds (delay_s), which the
+-- database adds to its own clock; NULL keeps the row's due time. The statement returns, for a
+-- row that failed, whether its rate-limit slot was freed (the caller then lets the next held
+-- row of that recipient go: ratelimit_release_freed).
 WITH result AS (
     SELECT *
     FROM unnest(
         %(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[], %(outcomes)s::text[],
-        %(errors)s::text[], %(message_ids)s::text[], %(due_ats)s::timestamptz[],
+        %(errors)s::text[], %(message_ids)s::text[], %(delays)s::float8[],
         %(attempt_deltas)s::int[], %(attempt_resets)s::boolean[], %(channels)s::text[],
         %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(fallbacks)s::text[]
-    ) AS r(id, claim_token, status, outcome, error, message_id, due_at, attempt_delta,
+    ) AS r(id, claim_token, status, outcome, error, message_id, delay_s, attempt_delta,
            attempt_reset, channel, recipient, subject, body, fallback_channels)
 ), finished AS (
     UPDATE notification AS n
     SET status = r.status,
-        due_at = coalesce(r.due_at, n.due_at),
+        due_at = CASE WHEN r.delay_s IS NULL THEN n.due_at
+                      ELSE notifyqueue_now() + make_interval(secs => r.delay_s) END,
         attempt_count = CASE WHEN r.attempt_reset THEN 0
                              ELSE n.attempt_count + r.attempt_delta END,
         channel = coalesce(r.channel, n.channel),
@@ -75,17 +80,17 @@ WITH result AS (
         body = coalesce(r.body, n.body),
         fallback_channels = coalesce(r.fallback_channels::jsonb, n.fallback_channels),
         last_error = CASE WHEN r.error IS NOT NULL THEN r.error ELSE n.last_error END,
-        sent_at = CASE WHEN r.status = 'SENT' THEN %(now)s ELSE n.sent_at END,
+        sent_at = CASE WHEN r.status = 'SENT' THEN notifyqueue_now() ELSE n.sent_at END,
         claim_token = NULL,
         claim_expires_at = NULL,
-        updated_at = %(now)s
+        updated_at = notifyqueue_now()
     FROM result AS r
     WHERE n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
     RETURNING n.id, n.client_id, n.status, n.channel, n.recipient, n.subject, n.body, n.metadata,
               r.claim_token, r.outcome, r.error, r.message_id
 ), attempt AS (
     UPDATE delivery_attempt AS a
-    SET finished_at = %(now)s, outcome = f.outcome, error = f.error,
+    SET finished_at = notifyqueue_now(), outcome = f.outcome, error = f.error,
         provider_message_id = f.message_id
     FROM finished AS f
     WHERE a.claim_token = f.claim_token
@@ -95,26 +100,51 @@ WITH result AS (
     DELETE FROM ratelimit_delivery AS d
     USING finished AS f
     WHERE d.claim_token = f.claim_token AND f.status <> 'SENT'
+    RETURNING d.notification_id
 ), inbox AS (
     INSERT INTO inbox_message (id, client_id, user_id, notification_id, subject, body, metadata,
                                created_at)
-    SELECT gen_random_uuid(), f.client_id, f.recipient, f.id, f.subject, f.body, f.metadata, %(now)s
+    SELECT gen_random_uuid(), f.client_id, f.recipient, f.id, f.subject, f.body, f.metadata,
+           notifyqueue_now()
     FROM finished AS f
     WHERE f.channel = 'in_app' AND f.status = 'SENT'
     ON CONFLICT (notification_id) DO NOTHING
 )
-SELECT id, status FROM finished;
+SELECT f.id, f.status, f.channel, f.client_id, f.recipient,
+       EXISTS (SELECT 1 FROM uncounted AS u WHERE u.notification_id = f.id) AS freed
+FROM finished AS f;
+
+-- name: notification_finish_unrecordable
+-- A result the finish statement could not write even on its own: the row still ends, as
+-- DEAD_LETTERED with the reason, so it neither waits for its claim to expire nor goes back to
+-- a provider that may already have accepted it. An operator can retry it.
+WITH ended AS (
+    UPDATE notification AS n
+    SET status = 'DEAD_LETTERED',
+        last_error = %(reason)s,
+        claim_token = NULL,
+        claim_expires_at = NULL,
+        updated_at = notifyqueue_now()
+    WHERE n.id = %(id)s AND n.claim_token = %(token)s AND n.status = 'PROCESSING'
+    RETURNING n.id, n.status, n.channel, n.client_id, n.recipient
+), attempt AS (
+    UPDATE delivery_attempt
+    SET finished_at = notifyqueue_now(), outcome = 'ABANDONED', error = %(reason)s
+    WHERE claim_token = %(token)s AND EXISTS (SELECT 1 FROM ended)
+)
+SELECT id, status, channel, client_id, recipient FROM ended;
 
 -- name: notification_reclaim_expired
 -- Returns rows whose claim expired (their worker died or stalled) to PENDING, due now. The
 -- attempt the dead worker used stays counted. When that was already the final attempt the row
 -- still gets one more claim (attempt_count may reach max_attempts + 1): the message may have
 -- been delivered, and re-sending with the same idempotency key confirms it. A row that crashed
--- on that extra attempt too is dead-lettered.
+-- on that extra attempt too is dead-lettered. The abandoned claim's rate-limit slot is freed:
+-- the re-send is admitted (and counted) again, so one delivery never counts twice.
 WITH expired AS (
     SELECT id, claim_token, claimed_by
     FROM notification
-    WHERE status = 'PROCESSING' AND claim_expires_at < %(now)s
+    WHERE status = 'PROCESSING' AND claim_expires_at < notifyqueue_now()
     ORDER BY claim_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -122,24 +152,29 @@ WITH expired AS (
     UPDATE notification AS n
     SET status = CASE WHEN n.attempt_count > n.max_attempts THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
         last_error = 'claim expired: worker ' || e.claimed_by || ' did not report back',
-        due_at = %(now)s,
+        due_at = notifyqueue_now(),
         claim_token = NULL,
         claim_expires_at = NULL,
-        updated_at = %(now)s
+        updated_at = notifyqueue_now()
     FROM expired AS e
     WHERE n.id = e.id
     RETURNING n.id, n.status, e.claim_token
 ), attempt AS (
     UPDATE delivery_attempt AS a
-    SET finished_at = %(now)s, outcome = 'ABANDONED', error = 'claim expired'
+    SET finished_at = notifyqueue_now(), outcome = 'ABANDONED', error = 'claim expired'
     FROM reclaimed AS r
     WHERE a.claim_token = r.claim_token
+), unslotted AS (
+    DELETE FROM ratelimit_delivery AS d
+    USING reclaimed AS r
+    WHERE d.claim_token = r.claim_token
 )
 SELECT id, status FROM reclaimed;
 
--- name: notification_next_due_at
--- The earliest due time among waiting rows: one index probe per priority on the claim index.
-SELECT min(head.due_at)
+-- name: notification_next_due_in
+-- Seconds until the earliest waiting row is due (negative: overdue; NULL: nothing waits), by
+-- the database's clock: one index probe per priority on the claim index.
+SELECT extract(epoch FROM min(head.due_at) - notifyqueue_now())::float8
 FROM (VALUES (0), (1), (2), (3)) AS p(priority)
 CROSS JOIN LATERAL (
     SELECT due_at
@@ -151,19 +186,20 @@ CROSS JOIN LATERAL (
 
 -- name: worker_heartbeat_upsert
 INSERT INTO worker_heartbeat (worker_id, hostname, pid, started_at, last_seen_at, delivered)
-VALUES (%(worker)s, %(hostname)s, %(pid)s, %(now)s, %(now)s, %(delivered)s)
+VALUES (%(worker)s, %(hostname)s, %(pid)s, notifyqueue_now(), notifyqueue_now(), %(delivered)s)
 ON CONFLICT (worker_id) DO UPDATE
 SET last_seen_at = excluded.last_seen_at, delivered = excluded.delivered, stopped_at = NULL;
 
 -- name: worker_heartbeat_stop
-UPDATE worker_heartbeat SET stopped_at = %(now)s, last_seen_at = %(now)s, delivered = %(delivered)s
+UPDATE worker_heartbeat
+SET stopped_at = notifyqueue_now(), last_seen_at = notifyqueue_now(), delivered = %(delivered)s
 WHERE worker_id = %(worker)s;
 
 -- name: simulated_message_call
 -- Counts a call to the simulated provider; returns the call number and any final answer.
 INSERT INTO simulated_provider_message AS m (idempotency_key, channel, recipient, calls, sends,
                                              first_call_at, last_call_at)
-VALUES (%(key)s, %(channel)s, %(recipient)s, 1, 0, %(now)s, %(now)s)
+VALUES (%(key)s, %(channel)s, %(recipient)s, 1, 0, notifyqueue_now(), notifyqueue_now())
 ON CONFLICT (idempotency_key) DO UPDATE
 SET calls = m.calls + 1, last_call_at = excluded.last_call_at
 RETURNING calls, outcome, message_id;

@@ -40,6 +40,16 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, concurrency, batch_size, until_empty, metrics_port, **options):
+        claim_timeout_s = settings.NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS
+        send_timeout_s = settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS
+        if claim_timeout_s < 2 * send_timeout_s:
+            # A send that can outlast its claim is taken over and sent again by another worker
+            # (a duplicate for providers without idempotency, such as SMTP).
+            raise CommandError(
+                f"NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS ({claim_timeout_s:g}) must be at least twice "
+                f"NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS ({send_timeout_s:g}): a claim must outlive "
+                "the slowest provider call, or another worker takes it over and sends it again"
+            )
         try:
             providers = providers_from_settings()
         except ImproperlyConfigured as exc:
@@ -49,7 +59,8 @@ class Command(BaseCommand):
             config=WorkerConfig(
                 concurrency=concurrency,
                 batch_size=batch_size,
-                claim_timeout_s=settings.NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS,
+                claim_timeout_s=claim_timeout_s,
+                send_timeout_s=send_timeout_s,
                 poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
                 heartbeat_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,
                 rate_limit=RateLimit(
