@@ -51,3 +51,23 @@ class ClientAPIKey(AbstractAPIKey):
     class Meta(AbstractAPIKey.Meta):
         verbose_name = "API key"
         verbose_name_plural = "API keys"
+
+
+class ClientRequestWindow(models.Model):
+    """The API throttle's counter: one row per client, for its current fixed window.
+
+    Shared by every API process (gunicorn workers, hosts) because it lives in PostgreSQL;
+    one UPSERT per request (clients/sql/clients.sql) counts and reads it.
+    """
+
+    client = models.OneToOneField(
+        Client, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    window_start = models.DateTimeField()
+    requests = models.IntegerField()
+
+    class Meta:
+        db_table = "clients_request_window"
+
+    def __str__(self) -> str:
+        return f"{self.requests} request(s) since {self.window_start:%Y-%m-%d %H:%M:%S}"

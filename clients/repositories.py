@@ -1,13 +1,24 @@
-"""The only code that reads or writes clients and their keys."""
+"""The only code that reads or writes clients, their keys and their request counters.
+
+Invariants protected here:
+- a plain API key exists only in the value returned when it is issued; the table keeps a hash;
+- the request throttle counts every request of a client in one shared row, with one statement,
+  in windows of the database's clock, so all API processes agree on it.
+"""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from clients.models import Client, ClientAPIKey
 from notifyqueue.errors import Conflict
+from notifyqueue.sqlfile import queries_load
+
+SQL = queries_load(Path(__file__).with_name("sql") / "clients.sql")
 
 
 @dataclass(frozen=True)
@@ -37,3 +48,19 @@ def client_key_issue(*, name: str) -> NewClient | None:
         return None
     _, key = ClientAPIKey.objects.create_key(name=f"{name} key", client=client)
     return NewClient(name=client.name, api_key=key, webhook_secret=client.webhook_secret)
+
+
+@dataclass(frozen=True)
+class RequestCount:
+    requests: int
+    """Requests of the client in the current window, this one included."""
+    seconds_left: float
+    """Until the window ends and the count starts again."""
+
+
+def client_request_count(*, client_id: uuid.UUID, window_s: float) -> RequestCount:
+    """Counts one request of the client in its current window (clients/sql/clients.sql)."""
+    with connection.cursor() as cursor:
+        cursor.execute(SQL["client_request_count"], {"client_id": client_id, "window_s": window_s})
+        requests, seconds_left = cursor.fetchone()
+    return RequestCount(requests=requests, seconds_left=seconds_left)

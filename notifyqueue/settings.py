@@ -104,6 +104,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["notifyqueue.parsers.BoundedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "notifyqueue.errors.api_exception_handler",
+    # Per client, counted in PostgreSQL (NOTIFYQUEUE_API_RATE_LIMIT below).
+    "DEFAULT_THROTTLE_CLASSES": ["clients.throttling.ClientRequestThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -168,6 +170,11 @@ NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS = env.float(
     "NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS", default=30.0
 )
 NOTIFYQUEUE_CLIENT_MAX_PENDING = env.int("NOTIFYQUEUE_CLIENT_MAX_PENDING", default=100_000)
+# API requests per client per fixed window (429 with Retry-After past it); 0 turns it off.
+NOTIFYQUEUE_API_RATE_LIMIT = env.int("NOTIFYQUEUE_API_RATE_LIMIT", default=60_000)
+NOTIFYQUEUE_API_RATE_LIMIT_WINDOW_SECONDS = env.float(
+    "NOTIFYQUEUE_API_RATE_LIMIT_WINDOW_SECONDS", default=60.0
+)
 # How often an idle worker looks for due work even without a LISTEN/NOTIFY wake-up.
 NOTIFYQUEUE_POLL_INTERVAL_SECONDS = env.float("NOTIFYQUEUE_POLL_INTERVAL_SECONDS", default=1.0)
 NOTIFYQUEUE_HEARTBEAT_SECONDS = env.float("NOTIFYQUEUE_HEARTBEAT_SECONDS", default=5.0)
