@@ -143,14 +143,25 @@ NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS = env.float(
     "NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS", default=3600.0
 )
 NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS = env.int("NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS", default=10)
+# Seconds before attempt 1, 2, ... (Standard Webhooks' schedule); past its end the last step
+# repeats. docs/webhooks.md.
+NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE = env.list(
+    "NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE",
+    cast=float,
+    default=[0, 5, 300, 1800, 7200, 18000, 36000, 36000],
+)
+# Webhook POSTs in flight at once for one client, over all senders (fairness between clients).
+NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY = env.int(
+    "NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY", default=4
+)
 NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = env.bool("NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE", default=False)
 # One webhook POST, connect to last byte, never takes longer than this.
 NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS = env.float("NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
-# Events claimed per sender step, and POSTs in flight at once within a step.
+# Events claimed per sender step at most, and POSTs in flight at once in one sender.
 NOTIFYQUEUE_WEBHOOK_BATCH_SIZE = env.int("NOTIFYQUEUE_WEBHOOK_BATCH_SIZE", default=16)
 NOTIFYQUEUE_WEBHOOK_CONCURRENCY = env.int("NOTIFYQUEUE_WEBHOOK_CONCURRENCY", default=8)
-# A webhook claim older than this is given back (its sender died). It must exceed one step's
-# longest run: ceil(BATCH_SIZE / CONCURRENCY) x TIMEOUT.
+# A webhook claim older than this is given back (its sender died). It must exceed one POST's
+# deadline (TIMEOUT) by a margin.
 NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS = env.float(
     "NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS", default=60.0
 )

@@ -128,7 +128,7 @@ def _deliver_three(api, webhook_url: str) -> None:
         notification_id=_id_of("m2"), operator="test", now=timezone.now()
     )
     assert failed.status == "PENDING"
-    batch = webhook_events_deliver_due(now=timezone.now())
+    batch = webhook_events_deliver_due()
     assert batch.delivered == 3
 
 

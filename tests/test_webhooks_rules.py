@@ -11,10 +11,11 @@ from django.core.exceptions import ValidationError
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from clients.models import webhook_secret_new
+from webhooks.checks import webhook_settings_check
 from webhooks.repositories import QUERIES, ClaimedEvent
 from webhooks.services import (
-    webhook_backoff_seconds,
     webhook_event_body,
+    webhook_retry_wait_seconds,
     webhook_signature_headers,
     webhook_signing_secrets,
 )
@@ -37,6 +38,7 @@ def claimed(**overrides) -> ClaimedEvent:
         "webhook_secret": webhook_secret_new(),
         "previous_webhook_secret": "",
         "previous_webhook_secret_expires_at": None,
+        "claimed_at": NOW,
     }
     return ClaimedEvent(**{**values, **overrides})
 
@@ -90,17 +92,34 @@ def test_both_secrets_sign_during_the_rotation_overlap_and_only_the_new_one_afte
     Webhook(new).verify(body, headers)
 
 
-@pytest.mark.parametrize("attempt, low, high", [(1, 0.5, 1), (2, 1, 2), (3, 2, 4), (5, 8, 16)])
-def test_backoff_doubles_from_base_with_jitter_inside_the_band(attempt, low, high):
+STANDARD = [0, 5, 300, 1800, 7200, 18000, 36000, 36000]
+
+
+@pytest.mark.parametrize(
+    "attempt, step", [(1, 5), (2, 300), (3, 1800), (4, 7200), (5, 18000), (6, 36000), (7, 36000)]
+)
+def test_retry_waits_follow_the_schedule_with_ten_percent_jitter(attempt, step):
     def wait(r):
-        return webhook_backoff_seconds(attempt=attempt, base_s=0.5, max_s=60, rng=lambda: r)
+        return webhook_retry_wait_seconds(attempt=attempt, schedule=STANDARD, rng=lambda: r)
 
-    assert wait(0.0) == pytest.approx(low)
-    assert wait(0.999999) == pytest.approx(high, rel=1e-5)
+    assert wait(0.0) == pytest.approx(step * 0.9)
+    assert wait(0.5) == pytest.approx(step)
+    assert wait(1.0) == pytest.approx(step * 1.1)
 
 
-def test_backoff_never_exceeds_the_cap_even_after_many_attempts():
-    assert webhook_backoff_seconds(attempt=500, base_s=0.5, max_s=60, rng=lambda: 1.0) == 60
+def test_past_the_schedule_the_last_step_repeats():
+    assert webhook_retry_wait_seconds(attempt=50, schedule=STANDARD, rng=lambda: 0.5) == 36000
+
+
+def test_the_default_schedule_spans_more_than_a_day(settings):
+    # Ten attempts by default: nine waits after failures, the last steps repeating.
+    schedule = settings.NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE
+    assert schedule == STANDARD and settings.NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS == 10
+    waits = [
+        webhook_retry_wait_seconds(attempt=n, schedule=schedule, rng=lambda: 0.0)
+        for n in range(1, settings.NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS)
+    ]
+    assert sum(waits) > 24 * 3600  # even with every wait at its shortest (-10%)
 
 
 def test_url_validator_refuses_private_literals_and_other_schemes(settings):
@@ -121,3 +140,18 @@ def test_every_webhook_query_is_loaded():
         "webhook_event_reclaim_expired",
         "webhook_event_redeliver",
     }
+
+
+@pytest.mark.parametrize(
+    "name, value, error",
+    [
+        ("NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE", [], "webhooks.E001"),
+        ("NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE", [0, -5], "webhooks.E001"),
+        ("NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY", 0, "webhooks.E002"),
+        ("NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS", 5.0, "webhooks.E003"),
+    ],
+)
+def test_bad_webhook_settings_fail_the_start_up_checks(settings, name, value, error):
+    assert webhook_settings_check(None) == []
+    setattr(settings, name, value)
+    assert [e.id for e in webhook_settings_check(None)] == [error]

@@ -78,6 +78,19 @@ class WebhookEvent(models.Model):
                 name="webhook_event_claim_expiry",
                 condition=Q(state=DeliveryState.DELIVERING),
             ),
+            # The fair claim: the distinct clients with waiting events (a skip scan), and
+            # each one's oldest due events.
+            models.Index(
+                fields=["client", "next_attempt_at", "created_at"],
+                name="webhook_event_client_due",
+                condition=Q(state=DeliveryState.PENDING),
+            ),
+            # Each client's events in flight, counted against its share of the senders.
+            models.Index(
+                fields=["client"],
+                name="webhook_event_client_busy",
+                condition=Q(state=DeliveryState.DELIVERING),
+            ),
         ]
 
     def __str__(self) -> str:

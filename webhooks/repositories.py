@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import DateTimeField, F
+from django.db.models.expressions import RawSQL
 
 from clients.models import Client
 from notifyqueue.sqlfile import queries_load
@@ -40,6 +41,8 @@ class ClaimedEvent:
     webhook_secret: str
     previous_webhook_secret: str
     previous_webhook_secret_expires_at: datetime | None
+    claimed_at: datetime
+    """The database clock when the claim was made."""
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,19 @@ def _fetch(query: str, params: dict) -> list[tuple]:
 
 
 def webhook_events_claim_due(
-    *, now: datetime, limit: int, claim_timeout_s: float
+    *, limit: int, per_client: int, claim_timeout_s: float
 ) -> list[ClaimedEvent]:
-    """Claims up to `limit` due PENDING events; the claim is committed when this returns."""
+    """Claims up to `limit` due PENDING events, fairly across clients and at most
+    `per_client` in flight per client; the claim is committed when this returns."""
     with transaction.atomic():
+        with connection.cursor() as cursor:
+            # Otherwise the planner may walk webhook_event_due in due order and filter by
+            # client, an incremental sort that reads the whole backlog of the other clients;
+            # without it, each client's events come straight from webhook_event_client_due.
+            cursor.execute("SET LOCAL enable_incremental_sort = off")
         rows = _fetch(
             "webhook_event_claim_due",
-            {"now": now, "limit": limit, "claim_timeout_s": claim_timeout_s},
+            {"limit": limit, "per_client": per_client, "claim_timeout_s": claim_timeout_s},
         )
     return [ClaimedEvent(*row) for row in rows]
 
@@ -72,13 +81,13 @@ def webhook_event_finish(
     claim_token: uuid.UUID,
     state: str,
     outcome: str,
-    finished_at: datetime,
-    next_attempt_at: datetime | None,
+    retry_in_s: float | None,
     status_code: int | None,
     error: str | None,
     duration_ms: int,
 ) -> bool:
-    """Ends the claim and its attempt row; False when the claim is no longer ours."""
+    """Ends the claim and its attempt row; a PENDING event is due again `retry_in_s` from now
+    on the database clock. False when the claim is no longer ours."""
     with transaction.atomic():
         rows = _fetch(
             "webhook_event_finish",
@@ -87,8 +96,7 @@ def webhook_event_finish(
                 "claim_token": claim_token,
                 "state": state,
                 "outcome": outcome,
-                "finished_at": finished_at,
-                "next_attempt_at": next_attempt_at,
+                "retry_in_s": retry_in_s,
                 "status_code": status_code,
                 "error": error,
                 "duration_ms": duration_ms,
@@ -97,36 +105,35 @@ def webhook_event_finish(
     return bool(rows)
 
 
-def webhook_events_reclaim_expired(
-    *, now: datetime, limit: int, max_attempts: int
-) -> list[ReclaimedEvent]:
+def webhook_events_reclaim_expired(*, limit: int, max_attempts: int) -> list[ReclaimedEvent]:
     """Returns expired DELIVERING claims to PENDING (or FAILED on their last attempt)."""
     with transaction.atomic():
         rows = _fetch(
-            "webhook_event_reclaim_expired",
-            {"now": now, "limit": limit, "max_attempts": max_attempts},
+            "webhook_event_reclaim_expired", {"limit": limit, "max_attempts": max_attempts}
         )
     return [ReclaimedEvent(*row) for row in rows]
 
 
-def webhook_events_redeliver(*, event_ids: list[uuid.UUID], now: datetime) -> list[uuid.UUID]:
+def webhook_events_redeliver(*, event_ids: list[uuid.UUID]) -> list[uuid.UUID]:
     """Makes the DELIVERED or FAILED events among `event_ids` due again; returns their ids."""
     with transaction.atomic():
-        rows = _fetch("webhook_event_redeliver", {"event_ids": list(event_ids), "now": now})
+        rows = _fetch("webhook_event_redeliver", {"event_ids": list(event_ids)})
     return [row[0] for row in rows]
 
 
 def client_webhook_secret_replace(
-    *, client_id: uuid.UUID, new_secret: str, previous_expires_at: datetime
+    *, client_id: uuid.UUID, new_secret: str, overlap: timedelta
 ) -> bool:
-    """Makes `new_secret` current and keeps the old one until `previous_expires_at`.
+    """Makes `new_secret` current and keeps the old one for `overlap` (database clock).
 
     One UPDATE, so the old secret is read and moved atomically even if two operators rotate
     at once. False when there is no such client.
     """
     changed = Client.objects.filter(id=client_id).update(
         previous_webhook_secret=F("webhook_secret"),
-        previous_webhook_secret_expires_at=previous_expires_at,
+        previous_webhook_secret_expires_at=RawSQL(
+            "notifyqueue_now() + %s", [overlap], output_field=DateTimeField()
+        ),
         webhook_secret=new_secret,
     )
     return changed == 1

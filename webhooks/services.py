@@ -1,11 +1,13 @@
 """Webhook delivery rules: what is sent, how it is signed, when it is retried, when it stops.
 
 Invariants protected here:
-- at-least-once: an event is retried until a 2xx answer, NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS
-  attempts, or a refused URL; a sender that dies mid-POST is covered by the reaper, and the
+- at-least-once: an event is retried on NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE (due times on the
+  database clock) until a 2xx answer, NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS attempts, or a
+  refused URL; a sender that dies mid-POST is covered by the reaper, and the
   receiver deduplicates by eventId (the `webhook-id` header), which never changes;
-- isolation: each step handles at most one batch, every POST ends within the webhook timeout,
-  and nothing here touches a notification;
+- isolation: every POST ends within the webhook timeout, one client holds at most
+  NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY POSTs at once, and nothing here touches a
+  notification;
 - the body is exactly the contract's five fields, and the signature covers those bytes.
 """
 
@@ -15,15 +17,13 @@ import json
 import logging
 import math
 import random
-import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from clients.models import webhook_secret_new
@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 PREVIOUS_SECRET_OVERLAP = timedelta(hours=24)
 RECLAIM_BATCH = 1000
+# Each retry wait is its scheduled step ±10%.
+RETRY_JITTER = 0.1
 
 
 @dataclass(frozen=True)
@@ -51,17 +53,18 @@ class WebhookBatch:
     """Results dropped because the claim had been taken over meanwhile."""
 
 
-def webhook_backoff_seconds(
-    *, attempt: int, base_s: float, max_s: float, rng: Callable[[], float] = random.random
+def webhook_retry_wait_seconds(
+    *, attempt: int, schedule: list[float], rng: Callable[[], float] = random.random
 ) -> float:
-    """The wait after failed attempt `attempt` (1-based): between base·2^(n-1) and base·2^n.
+    """The wait after failed attempt `attempt` (1-based), from the retry schedule.
 
-    The same curve as notification retries (contract section 2: the first retry waits
-    base..2*base, then doubles), capped at `max_s`; the random part spreads out the retries
-    of many events that failed in the same outage.
+    schedule[n] is the wait before attempt n + 1 (schedule[0] stands for the first attempt,
+    made as soon as the event is written); past the schedule's end its last step repeats.
+    Each wait is spread by ±RETRY_JITTER, so the retries of many events that failed in the
+    same outage do not all arrive at the same instant.
     """
-    upper = min(max_s, base_s * 2.0 ** min(attempt, 62))
-    return upper / 2 + rng() * upper / 2
+    step = schedule[min(attempt, len(schedule) - 1)]
+    return max(0.0, step * (1 - RETRY_JITTER + 2 * RETRY_JITTER * rng()))
 
 
 def webhook_event_body(event: ClaimedEvent) -> bytes:
@@ -104,16 +107,16 @@ def webhook_signature_headers(
     }
 
 
-def _post(event: ClaimedEvent, *, now: datetime) -> PostResult:
+def _post(event: ClaimedEvent) -> PostResult:
     if not event.webhook_url:
         return PostResult(False, True, None, "the client has no webhook URL any more", 0.0)
     body = webhook_event_body(event)
-    # The signed timestamp is the real sending time, whatever `now` the step was given:
-    # receivers reject signatures whose timestamp is far from their own clock.
+    # The rotation overlap is judged on the database clock (the claim's time); the signed
+    # timestamp is the real sending time: receivers compare it with their own clock.
     headers = webhook_signature_headers(
         event_id=event.id,
         body=body,
-        secrets=webhook_signing_secrets(event, now=now),
+        secrets=webhook_signing_secrets(event, now=event.claimed_at),
         sent_at=datetime.now(UTC),
     )
     return webhook_post(
@@ -125,9 +128,9 @@ def _post(event: ClaimedEvent, *, now: datetime) -> PostResult:
     )
 
 
-def _record(event: ClaimedEvent, result: PostResult, *, finished_at: datetime) -> str | None:
+def _record(event: ClaimedEvent, result: PostResult) -> str | None:
     """Writes the attempt's result; returns the event's new state, or None if the claim was lost."""
-    next_attempt_at = None
+    retry_in_s = None
     if result.delivered:
         state, outcome = DeliveryState.DELIVERED, AttemptOutcome.DELIVERED
     elif result.permanent:
@@ -136,19 +139,16 @@ def _record(event: ClaimedEvent, result: PostResult, *, finished_at: datetime) -
         state, outcome = DeliveryState.FAILED, AttemptOutcome.TEMPORARY_FAILURE
     else:
         state, outcome = DeliveryState.PENDING, AttemptOutcome.TEMPORARY_FAILURE
-        wait_s = webhook_backoff_seconds(
+        retry_in_s = webhook_retry_wait_seconds(
             attempt=event.delivery_attempts,
-            base_s=settings.NOTIFYQUEUE_BACKOFF_BASE_SECONDS,
-            max_s=settings.NOTIFYQUEUE_BACKOFF_MAX_SECONDS,
+            schedule=settings.NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE,
         )
-        next_attempt_at = finished_at + timedelta(seconds=wait_s)
     finished = repositories.webhook_event_finish(
         event_id=event.id,
         claim_token=event.claim_token,
         state=state,
         outcome=outcome,
-        finished_at=finished_at,
-        next_attempt_at=next_attempt_at,
+        retry_in_s=retry_in_s,
         status_code=result.status_code,
         error=result.error,
         duration_ms=round(result.duration_s * 1000),
@@ -173,61 +173,104 @@ def _record(event: ClaimedEvent, result: PostResult, *, finished_at: datetime) -
     return state
 
 
-def webhook_events_deliver_due(
-    *, now: datetime | None = None, limit: int | None = None
-) -> WebhookBatch:
-    """The sender's step: claims one batch of due events, POSTs them, records each result.
+class WebhookDeliveries:
+    """POSTs in flight on a thread pool, claimed as slots free up; results recorded on the
+    thread that calls `step`, with that thread's database connection.
 
-    Takes at most about ceil(limit / NOTIFYQUEUE_WEBHOOK_CONCURRENCY) x the webhook timeout:
-    POSTs run on a small thread pool so one slow receiver does not hold up the others, and
-    each is cut off at the timeout. Results are recorded on the calling thread's connection.
+    Fairness: a step claims at most as many events as there are free slots, and the claim
+    takes every client's oldest due event before any client's second, with at most
+    NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY of one client's events in flight (over all
+    senders). A receiver that hangs therefore holds at most that many slots for at most
+    NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS each, while the other slots keep turning over.
     """
-    now = now or timezone.now()
-    limit = limit or settings.NOTIFYQUEUE_WEBHOOK_BATCH_SIZE
-    started = time.monotonic()
-    events = repositories.webhook_events_claim_due(
-        now=now, limit=limit, claim_timeout_s=settings.NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS
-    )
-    if not events:
-        return WebhookBatch()
-    counts = {DeliveryState.DELIVERED: 0, DeliveryState.PENDING: 0, DeliveryState.FAILED: 0}
-    stale = 0
-    workers = min(settings.NOTIFYQUEUE_WEBHOOK_CONCURRENCY, len(events))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webhook-post") as pool:
-        futures = {pool.submit(_post, event, now=now): event for event in events}
-        for future in as_completed(futures):
-            event = futures[future]
+
+    def __init__(self, *, concurrency: int | None = None) -> None:
+        self.concurrency = concurrency or settings.NOTIFYQUEUE_WEBHOOK_CONCURRENCY
+        self._pool = ThreadPoolExecutor(
+            max_workers=self.concurrency, thread_name_prefix="webhook-post"
+        )
+        self._in_flight: dict[Future[PostResult], ClaimedEvent] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def step(self, *, limit: int | None = None, wait_s: float = 0.0) -> WebhookBatch:
+        """Records the POSTs that finished (waiting up to `wait_s` for one when none has),
+        then claims up to `limit` due events for the free slots and starts their POSTs."""
+        if self._in_flight and wait_s > 0:
+            wait(self._in_flight, timeout=wait_s, return_when=FIRST_COMPLETED)
+        counts = self._record_finished()
+        free = self.concurrency - len(self._in_flight)
+        limit = min(limit or settings.NOTIFYQUEUE_WEBHOOK_BATCH_SIZE, free)
+        events = []
+        if limit > 0:
+            events = repositories.webhook_events_claim_due(
+                limit=limit,
+                per_client=settings.NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY,
+                claim_timeout_s=settings.NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS,
+            )
+        for event in events:
+            self._in_flight[self._pool.submit(_post, event)] = event
+        return replace(counts, claimed=len(events))
+
+    def finish(self) -> WebhookBatch:
+        """Waits for every POST in flight and records it; claims nothing."""
+        wait(self._in_flight)
+        return self._record_finished()
+
+    def close(self) -> None:
+        self.finish()
+        self._pool.shutdown()
+
+    def _record_finished(self) -> WebhookBatch:
+        counts = {DeliveryState.DELIVERED: 0, DeliveryState.PENDING: 0, DeliveryState.FAILED: 0}
+        stale = 0
+        for future in [f for f in self._in_flight if f.done()]:
+            event = self._in_flight.pop(future)
             try:
                 result = future.result()
             except Exception as exc:
                 # A bug while building the request must not strand the claim until it expires.
                 logger.exception("webhook event %s: POST raised", event.id)
-                result = PostResult(False, False, None, f"{type(exc).__name__}: {exc}", 0.0)
-            finished_at = now + timedelta(seconds=time.monotonic() - started)
-            state = _record(event, result, finished_at=finished_at)
+                result = PostResult(False, False, None, f"{type(exc).__name__}", 0.0)
+            state = _record(event, result)
             if state is None:
                 stale += 1
             else:
                 counts[state] += 1
-    return WebhookBatch(
-        claimed=len(events),
-        delivered=counts[DeliveryState.DELIVERED],
-        retrying=counts[DeliveryState.PENDING],
-        failed=counts[DeliveryState.FAILED],
-        stale=stale,
-    )
+        return WebhookBatch(
+            delivered=counts[DeliveryState.DELIVERED],
+            retrying=counts[DeliveryState.PENDING],
+            failed=counts[DeliveryState.FAILED],
+            stale=stale,
+        )
 
 
-def webhook_events_reclaim_expired(
-    *, now: datetime | None = None, limit: int = RECLAIM_BATCH
-) -> list[ReclaimedEvent]:
+def webhook_events_deliver_due(*, limit: int | None = None) -> WebhookBatch:
+    """One batch from start to end: claims up to `limit` due events (at most
+    NOTIFYQUEUE_WEBHOOK_CONCURRENCY), POSTs them, records each result.
+
+    Takes at most about the webhook timeout: every POST of the batch runs at once and each is
+    cut off at the timeout. (`run_worker` keeps a WebhookDeliveries open instead, so slots
+    are refilled as they free up.)
+    """
+    deliveries = WebhookDeliveries()
+    try:
+        started = deliveries.step(limit=limit)
+        finished = deliveries.finish()
+    finally:
+        deliveries.close()
+    return replace(finished, claimed=started.claimed)
+
+
+def webhook_events_reclaim_expired(*, limit: int = RECLAIM_BATCH) -> list[ReclaimedEvent]:
     """The reaper's step: returns events whose sender died mid-delivery to the queue.
 
     Returns the events it released, each with its new state (PENDING, or FAILED when the
     expired claim was the event's last attempt).
     """
     reclaimed = repositories.webhook_events_reclaim_expired(
-        now=now or timezone.now(),
         limit=limit,
         max_attempts=settings.NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS,
     )
@@ -236,18 +279,16 @@ def webhook_events_reclaim_expired(
     return reclaimed
 
 
-def webhook_events_redeliver(
-    *, event_ids: list[uuid.UUID], now: datetime | None = None
-) -> list[uuid.UUID]:
+def webhook_events_redeliver(*, event_ids: list[uuid.UUID]) -> list[uuid.UUID]:
     """An operator's redelivery of DELIVERED or FAILED events, with a fresh set of attempts.
 
     Returns the ids that were queued; events still PENDING or DELIVERING are left as they are.
     The receiver sees the same eventId again.
     """
-    return repositories.webhook_events_redeliver(event_ids=event_ids, now=now or timezone.now())
+    return repositories.webhook_events_redeliver(event_ids=event_ids)
 
 
-def client_webhook_secret_rotate(*, client_id: uuid.UUID, now: datetime | None = None) -> bool:
+def client_webhook_secret_rotate(*, client_id: uuid.UUID) -> bool:
     """Gives the client a new secret; the old one keeps signing alongside it for 24 hours.
 
     During the overlap every webhook carries two signatures, so a receiver verifies with
@@ -257,5 +298,5 @@ def client_webhook_secret_rotate(*, client_id: uuid.UUID, now: datetime | None =
     return repositories.client_webhook_secret_replace(
         client_id=client_id,
         new_secret=webhook_secret_new(),
-        previous_expires_at=(now or timezone.now()) + PREVIOUS_SECRET_OVERLAP,
+        overlap=PREVIOUS_SECRET_OVERLAP,
     )

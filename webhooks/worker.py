@@ -1,7 +1,8 @@
 """The webhook sender as `run_worker` runs it: a loop on its own thread.
 
 It is separate from notification delivery on purpose: a slow or failing receiver holds only
-this thread (each POST is cut off at the webhook timeout), never a notification slot.
+this thread's POST slots (each POST is cut off at the webhook timeout), never a notification
+slot. Slots are refilled as they free up, so a receiver that hangs delays only its own events.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from webhooks.services import (
     WebhookBatch,
-    webhook_events_deliver_due,
+    WebhookDeliveries,
     webhook_events_reclaim_expired,
 )
 
@@ -28,20 +29,25 @@ class WebhookSender:
         self._next_reclaim = 0.0
         self._stop = threading.Event()
         self._drain = threading.Event()
+        self._deliveries: WebhookDeliveries | None = None
         self._thread = threading.Thread(target=self._run, name="webhook-sender", daemon=True)
 
-    def run_once(self) -> WebhookBatch:
-        """Reclaims expired claims when it is time, then delivers one batch of due events."""
+    def run_once(self, *, wait_s: float = 0.0) -> WebhookBatch:
+        """Reclaims expired claims when it is time, records finished POSTs (waiting up to
+        `wait_s` for one), and fills the free POST slots with due events."""
         if time.monotonic() >= self._next_reclaim:
             webhook_events_reclaim_expired()
             self._next_reclaim = time.monotonic() + self.reclaim_interval_s
-        return webhook_events_deliver_due()
+        if self._deliveries is None:
+            self._deliveries = WebhookDeliveries()
+        return self._deliveries.step(wait_s=wait_s)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, *, drain: bool = False) -> None:
-        """Stops after the batch in hand; with `drain`, only once nothing is due."""
+        """Stops claiming and finishes the POSTs in flight; with `drain`, only once nothing
+        is due."""
         (self._drain if drain else self._stop).set()
 
     def join(self) -> None:
@@ -49,17 +55,31 @@ class WebhookSender:
 
     def _run(self) -> None:
         try:
+            wait_s = 0.0
             while not self._stop.is_set():
                 close_old_connections()
                 try:
-                    batch = self.run_once()
+                    batch = self.run_once(wait_s=wait_s)
                 except DatabaseError:
                     log.exception("webhook sender step failed; retrying after the poll interval")
                     batch = WebhookBatch()
+                in_flight = self._deliveries.in_flight if self._deliveries else 0
                 if batch.claimed:
+                    wait_s = 0.0
                     continue
-                if self._drain.is_set():
+                if self._drain.is_set() and not in_flight:
                     return
-                self._stop.wait(self.poll_interval_s)
+                if in_flight:
+                    # Wake when a POST finishes (its slot can take the next event) or when
+                    # new events may have become due.
+                    wait_s = self.poll_interval_s
+                else:
+                    wait_s = 0.0
+                    self._stop.wait(self.poll_interval_s)
         finally:
+            if self._deliveries is not None:
+                try:
+                    self._deliveries.close()
+                except DatabaseError:
+                    log.exception("webhook results not recorded at shutdown; claims will expire")
             connection.close()

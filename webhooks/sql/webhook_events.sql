@@ -3,22 +3,70 @@
 -- so a sender whose claim expired (and was taken over) changes nothing.
 
 -- name: webhook_event_claim_due
--- Claims up to %(limit)s due events in one statement: lock them (skipping any another
--- sender holds), mark them DELIVERING with a fresh token, count the attempt, and open its
--- attempt row. Committed before any HTTP call, so no lock is held while posting.
-WITH due AS (
-    SELECT id
-    FROM webhook_event
-    WHERE state = 'PENDING' AND next_attempt_at <= %(now)s
-    ORDER BY next_attempt_at, created_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- Claims up to %(limit)s due events in one statement, fairly across clients: each client may
+-- have at most %(per_client)s events DELIVERING (counted over every sender), and the batch
+-- takes every client's oldest due event before any client's second (round-robin), so one
+-- client's backlog or dead endpoint cannot take the batch from the others. Due-ness and the
+-- claim's expiry use the database clock, notifyqueue_now().
+--
+-- Cost does not grow with the backlog: `clients` walks the distinct clients with PENDING
+-- events by skipping through the index webhook_event_client_due (one index probe per
+-- client, however many events each has), and each client then reads at most
+-- %(per_client)s due rows from the same index and counts its DELIVERING rows in
+-- webhook_event_client_busy. The chosen rows are locked (SKIP LOCKED, so concurrent
+-- senders take disjoint sets), marked DELIVERING with a fresh token, their attempt counted
+-- and its attempt row opened, all committed before any HTTP call.
+-- (The skip scan orders by the whole key of webhook_event_client_due so that the planner reads
+-- that partial index, not the foreign key's index, which would also walk each client's history.)
+WITH RECURSIVE clients AS (
+    (SELECT client_id FROM webhook_event WHERE state = 'PENDING'
+     ORDER BY client_id, next_attempt_at, created_at LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.client_id FROM webhook_event AS e
+            WHERE e.state = 'PENDING' AND e.client_id > c.client_id
+            ORDER BY e.client_id, e.next_attempt_at, e.created_at LIMIT 1)
+    FROM clients AS c
+    WHERE c.client_id IS NOT NULL
+),
+candidates AS (
+    SELECT d.id, d.next_attempt_at, busy.room,
+           row_number() OVER (PARTITION BY c.client_id ORDER BY d.next_attempt_at, d.created_at)
+               AS turn
+    FROM clients AS c
+    CROSS JOIN LATERAL (
+        SELECT greatest(%(per_client)s - count(*), 0) AS room
+        FROM webhook_event AS f
+        WHERE f.client_id = c.client_id AND f.state = 'DELIVERING'
+    ) AS busy
+    -- A constant LIMIT (not `room`), so that the planner knows it reads a few rows of this
+    -- client's index rather than filtering the whole queue by due time.
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.next_attempt_at, e.created_at
+        FROM webhook_event AS e
+        WHERE e.client_id = c.client_id AND e.state = 'PENDING'
+          AND e.next_attempt_at <= notifyqueue_now()
+        ORDER BY e.next_attempt_at, e.created_at
+        LIMIT %(per_client)s
+    ) AS d
+    WHERE c.client_id IS NOT NULL
+),
+due AS (
+    SELECT e.id
+    FROM (
+        SELECT id FROM candidates
+        WHERE turn <= room
+        ORDER BY turn, next_attempt_at
+        LIMIT %(limit)s
+    ) AS chosen
+    JOIN webhook_event AS e ON e.id = chosen.id
+    WHERE e.state = 'PENDING'
+    FOR UPDATE OF e SKIP LOCKED
 ),
 claimed AS (
     UPDATE webhook_event AS e
     SET state = 'DELIVERING',
         claim_token = gen_random_uuid(),
-        claim_expires_at = %(now)s + make_interval(secs => %(claim_timeout_s)s),
+        claim_expires_at = notifyqueue_now() + make_interval(secs => %(claim_timeout_s)s),
         delivery_attempts = e.delivery_attempts + 1
     FROM due
     WHERE e.id = due.id
@@ -33,35 +81,37 @@ numbered AS (
 ),
 opened AS (
     INSERT INTO webhook_delivery_attempt (event_id, claim_token, number, url, started_at)
-    SELECT n.id, n.claim_token, n.attempt_number, cl.webhook_url, %(now)s
+    SELECT n.id, n.claim_token, n.attempt_number, cl.webhook_url, notifyqueue_now()
     FROM numbered AS n
     JOIN clients_client AS cl ON cl.id = n.client_id
 )
 SELECT n.id, n.claim_token, n.notification_id, n.status, n.attempt_count, n.occurred_at,
        n.delivery_attempts, n.attempt_number, cl.webhook_url, cl.webhook_secret,
-       cl.previous_webhook_secret, cl.previous_webhook_secret_expires_at
+       cl.previous_webhook_secret, cl.previous_webhook_secret_expires_at, notifyqueue_now()
 FROM numbered AS n
 JOIN clients_client AS cl ON cl.id = n.client_id
 ORDER BY n.id;
 
 -- name: webhook_event_finish
--- Ends one claim: DELIVERED, FAILED, or PENDING again at %(next_attempt_at)s, and finishes
--- the attempt row. Zero rows returned: the claim is no longer ours.
+-- Ends one claim: DELIVERED, FAILED, or PENDING again %(retry_in_s)s seconds from now on the
+-- database clock, and finishes the attempt row. Zero rows returned: the claim is no longer ours.
 WITH finished AS (
     UPDATE webhook_event
     SET state = %(state)s,
-        next_attempt_at = COALESCE(%(next_attempt_at)s, next_attempt_at),
+        next_attempt_at = CASE WHEN %(retry_in_s)s::float8 IS NULL THEN next_attempt_at
+                               ELSE notifyqueue_now() + make_interval(secs => %(retry_in_s)s)
+                          END,
         claim_token = NULL,
         claim_expires_at = NULL,
         last_error = %(error)s,
         last_status_code = %(status_code)s,
-        delivered_at = CASE WHEN %(state)s = 'DELIVERED' THEN %(finished_at)s END
+        delivered_at = CASE WHEN %(state)s = 'DELIVERED' THEN notifyqueue_now() END
     WHERE id = %(event_id)s AND claim_token = %(claim_token)s AND state = 'DELIVERING'
     RETURNING id
 ),
 attempt AS (
     UPDATE webhook_delivery_attempt
-    SET finished_at = %(finished_at)s,
+    SET finished_at = notifyqueue_now(),
         outcome = %(outcome)s,
         status_code = %(status_code)s,
         error = %(error)s,
@@ -71,14 +121,14 @@ attempt AS (
 SELECT id FROM finished;
 
 -- name: webhook_event_reclaim_expired
--- Gives back claims whose sender died or stalled past the claim expiry: PENDING and due at
+-- Gives back claims whose sender died or stalled past the claim expiry (database clock): PENDING and due at
 -- once, or FAILED when that was the last attempt (the attempt is counted at claim time, so
 -- an event that kills its sender every time still runs out of attempts). The abandoned
 -- attempt rows say so.
 WITH expired AS (
     SELECT id, claim_token
     FROM webhook_event
-    WHERE state = 'DELIVERING' AND claim_expires_at <= %(now)s
+    WHERE state = 'DELIVERING' AND claim_expires_at <= notifyqueue_now()
     ORDER BY claim_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -86,7 +136,7 @@ WITH expired AS (
 released AS (
     UPDATE webhook_event AS e
     SET state = CASE WHEN e.delivery_attempts >= %(max_attempts)s THEN 'FAILED' ELSE 'PENDING' END,
-        next_attempt_at = %(now)s,
+        next_attempt_at = notifyqueue_now(),
         claim_token = NULL,
         claim_expires_at = NULL,
         last_error = 'claim expired before the sender recorded a result'
@@ -96,7 +146,7 @@ released AS (
 ),
 abandoned AS (
     UPDATE webhook_delivery_attempt AS a
-    SET finished_at = %(now)s,
+    SET finished_at = notifyqueue_now(),
         outcome = 'ABANDONED',
         error = 'claim expired before the sender recorded a result'
     FROM expired
@@ -110,7 +160,7 @@ SELECT id, state FROM released ORDER BY id;
 UPDATE webhook_event
 SET state = 'PENDING',
     delivery_attempts = 0,
-    next_attempt_at = %(now)s,
+    next_attempt_at = notifyqueue_now(),
     delivered_at = NULL,
     redeliveries = redeliveries + 1
 WHERE id = ANY(%(event_ids)s) AND state IN ('DELIVERED', 'FAILED')
