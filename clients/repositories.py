@@ -64,3 +64,28 @@ def client_request_count(*, client_id: uuid.UUID, window_s: float) -> RequestCou
         cursor.execute(SQL["client_request_count"], {"client_id": client_id, "window_s": window_s})
         requests, seconds_left = cursor.fetchone()
     return RequestCount(requests=requests, seconds_left=seconds_left)
+
+
+@dataclass(frozen=True)
+class KeyHolder:
+    """An unrevoked API key found by its prefix, with the client it belongs to."""
+
+    key_id: str
+    hashed_key: str
+    expired: bool
+    client: Client
+
+
+def api_key_holder(*, prefix: str) -> KeyHolder | None:
+    """The unrevoked key with this prefix and its client, in one query; None if there is none.
+
+    The client comes back with only `id`, `name` and `is_operator` loaded (others load on use).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(SQL["api_key_client"], {"prefix": prefix})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    key_id, hashed_key, expired, *client_values = row
+    client = Client.from_db("default", ["id", "name", "is_operator"], client_values)
+    return KeyHolder(key_id=key_id, hashed_key=hashed_key, expired=expired, client=client)

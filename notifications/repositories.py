@@ -3,6 +3,8 @@
 Invariants protected here:
 - a create is decided by the (client_id, idempotency_key) unique constraint, never by a prior
   read, so two concurrent identical requests produce one row (`DuplicateRequest` for the loser);
+  a create, or a whole batch of them, is one statement that also returns the row already
+  holding a key, and its send and due times come from the database clock (`notifyqueue_now()`);
 - a cancel is one conditional UPDATE guarded by `status = 'PENDING'`, so it cannot overwrite a
   worker's claim, and a worker cannot claim a row a cancel has already taken;
 - an operator retry is one conditional UPDATE guarded by the retryable statuses (FAILED,
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +35,9 @@ from notifyqueue.sqlfile import queries_load
 
 SQL_FILE = Path(__file__).resolve().parent / "sql" / "notifications.sql"
 JSON_COLUMNS = ("metadata", "payload", "fallback_channels")
+# A create statement finds neither a new row nor the key's holder only when the holder committed
+# while it waited (or was pruned since); the next statement's fresh snapshot settles it.
+CREATE_ATTEMPTS = 3
 
 
 QUERIES = queries_load(SQL_FILE)
@@ -72,7 +78,9 @@ RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord))
 
 @dataclass(frozen=True)
 class NewNotification:
-    """What a create writes; the row's id and timestamps are set on insert."""
+    """What a create writes; the row's id, timestamps and due time are set on insert, by the
+    database: `send_at` as the client asked (None or a past time: now), or `delay_seconds`
+    from now."""
 
     client_id: uuid.UUID
     idempotency_key: str
@@ -87,9 +95,17 @@ class NewNotification:
     template: str | None
     payload: dict[str, Any] | None
     fallback_channels: list[str]
-    send_at: datetime
-    due_at: datetime
     max_attempts: int
+    send_at: datetime | None = None
+    delay_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class Inserted:
+    """One item of a batch insert: the new row, or (`created` False) the row holding its key."""
+
+    record: NotificationRecord
+    created: bool
 
 
 @dataclass(frozen=True)
@@ -154,49 +170,102 @@ def _json_param(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+def _fetch_created(sql: str, params: dict[str, Any]) -> list[Inserted]:
+    """Rows of a create statement: `created` first, then the notification's columns."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            columns = [column.name for column in cursor.description]
+            return [
+                Inserted(
+                    record=_record_from_row(dict(zip(columns, row, strict=True))), created=row[0]
+                )
+                for row in cursor
+            ]
+    except IntegrityError as exc:
+        # Only a check constraint can fail here: the key conflict is absorbed by ON CONFLICT.
+        raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
+
+
+def _new_params(new: NewNotification) -> dict[str, Any]:
+    """The per-row values of a create, as the SQL files name them."""
+    return {
+        "request_fingerprint": new.request_fingerprint,
+        "idempotency_key": new.idempotency_key,
+        "channel": new.channel,
+        "recipient": new.recipient,
+        "subject": new.subject,
+        "body": new.body,
+        "priority": int(new.priority),
+        "metadata": new.metadata,
+        "user_id": new.user_id,
+        "template": new.template,
+        "payload": new.payload,
+        "fallback_channels": new.fallback_channels,
+        "send_at": None if new.send_at is None else new.send_at.isoformat(),
+        "delay_seconds": new.delay_seconds,
+        "max_attempts": new.max_attempts,
+    }
+
+
 class NotificationRepository:
     """PostgreSQL-backed notification storage for the API."""
 
-    def insert(self, *, new: NewNotification, now: datetime) -> NotificationRecord:
+    def insert(self, *, new: NewNotification) -> NotificationRecord:
         """Inserts the row, or raises `DuplicateRequest` with the row already holding its key."""
-        params = {
-            **{f.name: getattr(new, f.name) for f in fields(NewNotification)},
-            "id": uuid.uuid4(),
-            "priority": int(new.priority),
-            "metadata": _json_param(new.metadata),
-            "payload": _json_param(new.payload),
-            "fallback_channels": _json_param(new.fallback_channels),
-            "now": now,
-        }
-        try:
-            inserted = _fetch_records(QUERIES["notification_insert"], params)
-        except IntegrityError as exc:
-            # Only a check constraint can fail here: the key conflict is absorbed by ON CONFLICT.
-            raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
-        if inserted:
-            return inserted[0]
-        existing = self.get_by_idempotency_key(
-            client_id=new.client_id, idempotency_key=new.idempotency_key
+        params = _new_params(new)
+        params.update(
+            client_id=new.client_id,
+            **{column: _json_param(params[column]) for column in JSON_COLUMNS},
         )
-        # Rows are never deleted, so the conflicting row is committed and visible by now.
-        assert existing is not None, "ON CONFLICT reported a row that cannot be read"
-        raise DuplicateRequest(existing)
+        for _ in range(CREATE_ATTEMPTS):
+            rows = _fetch_created(QUERIES["notification_create"], params)
+            if rows:
+                (found,) = rows
+                if found.created:
+                    return found.record
+                raise DuplicateRequest(found.record)
+        raise RuntimeError(f"idempotency key {new.idempotency_key!r}: neither inserted nor found")
+
+    def insert_many(
+        self, *, client_id: uuid.UUID, new: Sequence[NewNotification]
+    ) -> list[Inserted]:
+        """Inserts every row in one statement; for a key the client already used, answers the
+        row holding it. Keys must be distinct; the answer is in the order of `new`."""
+        keys = [item.idempotency_key for item in new]
+        if len(set(keys)) != len(keys):
+            raise ValueError("insert_many needs distinct idempotency keys")
+        by_key: dict[str, Inserted] = {}
+        missing = list(new)
+        for _ in range(CREATE_ATTEMPTS if missing else 0):
+            items = [{"ord": n, **_new_params(item)} for n, item in enumerate(missing)]
+            params = {"client_id": client_id, "items": json.dumps(items, default=str)}
+            for found in _fetch_created(QUERIES["notifications_create_many"], params):
+                by_key[found.record.idempotency_key] = found
+            missing = [item for item in missing if item.idempotency_key not in by_key]
+            if not missing:
+                break
+        if missing:
+            raise RuntimeError(f"{len(missing)} idempotency keys neither inserted nor found")
+        return [by_key[key] for key in keys]
 
     def get(
         self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None
     ) -> NotificationRecord | None:
         """The row with this id; with `client_id`, only if that client owns it."""
-        rows = Notification.objects.filter(id=notification_id)
-        if client_id is not None:
-            rows = rows.filter(client_id=client_id)
-        return self._first(rows)
+        rows = _fetch_records(
+            QUERIES["notification_by_id"], {"id": notification_id, "client_id": client_id}
+        )
+        return rows[0] if rows else None
 
     def get_by_idempotency_key(
         self, *, client_id: uuid.UUID, idempotency_key: str
     ) -> NotificationRecord | None:
-        return self._first(
-            Notification.objects.filter(client_id=client_id, idempotency_key=idempotency_key)
+        rows = _fetch_records(
+            QUERIES["notification_by_key"],
+            {"client_id": client_id, "idempotency_key": idempotency_key},
         )
+        return rows[0] if rows else None
 
     def list_page(
         self,
@@ -295,11 +364,6 @@ class NotificationRepository:
             )
             (count,) = cursor.fetchone()
         return count
-
-    @staticmethod
-    def _first(rows) -> NotificationRecord | None:
-        row = rows.values(*RECORD_FIELDS).first()
-        return None if row is None else _record_from_row(row)
 
 
 # Row-value comparisons let PostgreSQL walk the (..., created_at desc, id desc) indexes from the

@@ -7,6 +7,10 @@ Invariants protected here:
   and the sha256 fingerprint of the normalised request, never by a read that could race;
 - a stored body is at most 64 KiB of UTF-8 after rendering;
 - a client whose PENDING backlog is over its limit cannot create (429), but can still replay;
+  the figure is a per-process cache (`ClientBacklog`), recounted at most every
+  `BACKLOG_RECOUNT_S` seconds, so a create never counts the backlog itself;
+- send and due times are decided by the database clock when the row is inserted, never by
+  this process's clock;
 - only the owner can cancel, and only a PENDING notification;
 - only FAILED and DEAD_LETTERED notifications can be retried, each retry is one guarded write
   that starts the attempts again at 0 and records who retried it and when; a bulk retry takes
@@ -23,10 +27,12 @@ import binascii
 import hashlib
 import json
 import logging
+import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -36,6 +42,7 @@ from monitoring import metrics
 from notifications.models import Priority, Status
 from notifications.repositories import (
     DuplicateRequest,
+    Inserted,
     ListFilters,
     ListPage,
     ListPosition,
@@ -51,6 +58,13 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 255
 # How long a client over its backlog limit is told to wait: long enough for workers to drain a
 # meaningful share, short enough that a briefly full queue does not stall the client.
 BACKLOG_RETRY_AFTER_S = 30
+# How stale the backlog figure a create checks may be. Between counts a process adds its own
+# creates to the figure, so it alone never overshoots; all processes together can overshoot
+# the limit by what they create in this long (workers' sends are subtracted at the next count).
+BACKLOG_RECOUNT_S = 2.0
+# The count is bounded by the limit, yet at a large limit it takes a while: it is never run
+# more often than this share of the time it takes (1/50: at most 2 % of a process's time).
+BACKLOG_COUNT_SHARE = 50
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
 RETRYABLE_STATUSES = (Status.FAILED, Status.DEAD_LETTERED)
@@ -143,7 +157,11 @@ class NoTemplates:
 class NotificationStore(Protocol):
     """What the services need from storage; `NotificationRepository` is the real one."""
 
-    def insert(self, *, new: NewNotification, now: datetime) -> NotificationRecord: ...
+    def insert(self, *, new: NewNotification) -> NotificationRecord: ...
+
+    def insert_many(
+        self, *, client_id: uuid.UUID, new: Sequence[NewNotification]
+    ) -> list[Inserted]: ...
 
     def get(
         self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None
@@ -257,15 +275,49 @@ def notification_request_fingerprint(request: NotificationRequest) -> str:
     return hashlib.sha256(encoded.encode()).hexdigest()
 
 
-def notification_send_time(
-    *, send_at: datetime | None, delay_seconds: int | None, now: datetime
-) -> datetime:
-    """When the notification becomes due: a past `send_at` means now."""
-    if delay_seconds is not None:
-        return now + timedelta(seconds=delay_seconds)
-    if send_at is not None:
-        return max(send_at, now)
-    return now
+class ClientBacklog:
+    """Each client's PENDING backlog as this process last counted it, plus what this process
+    created since. Thread-safe; one per process (`CLIENT_BACKLOG`), or one per test."""
+
+    @dataclass
+    class _Figure:
+        limit: int
+        counted: int
+        created_since: int
+        recount_at: float
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._figures: dict[uuid.UUID, ClientBacklog._Figure] = {}
+        self._lock = threading.Lock()
+
+    def check(self, *, client_id: uuid.UUID, limit: int, repository: NotificationStore) -> None:
+        """Raises TooManyPending when more than `limit` of the client's notifications are
+        PENDING, as far as the figure knows."""
+        now = self._clock()
+        with self._lock:
+            figure = self._figures.get(client_id)
+            fresh = figure is not None and figure.limit == limit and now < figure.recount_at
+            pending = figure.counted + figure.created_since if fresh else None
+        if pending is None:
+            counted = repository.pending_count(client_id=client_id, limit=limit + 1)
+            took = self._clock() - now
+            recount_at = now + max(BACKLOG_RECOUNT_S, took * BACKLOG_COUNT_SHARE)
+            with self._lock:
+                self._figures[client_id] = self._Figure(limit, counted, 0, recount_at)
+            pending = counted
+        if pending > limit:
+            raise TooManyPending(limit=limit)
+
+    def created(self, *, client_id: uuid.UUID, count: int) -> None:
+        """Adds this process's new rows to the client's figure until the next count."""
+        with self._lock:
+            figure = self._figures.get(client_id)
+            if figure is not None:
+                figure.created_since += count
+
+
+CLIENT_BACKLOG = ClientBacklog()
 
 
 def notification_create(
@@ -273,101 +325,147 @@ def notification_create(
     client_id: uuid.UUID,
     idempotency_key: str,
     request: NotificationRequest,
-    now: datetime,
     repository: NotificationStore | None = None,
     renderer: TemplateRenderer | None = None,
     max_pending: int | None = None,
     max_attempts: int | None = None,
+    backlog: ClientBacklog | None = None,
 ) -> CreateResult:
-    """Creates the notification, or answers with the one this key already created."""
+    """Creates the notification, or answers with the one this key already created.
+
+    The common case is one statement: the insert, or the row already holding the key.
+    """
     repository = repository or NotificationRepository()
-    # A replay is answered even when the backlog is full, and before rendering: the template
-    # or the user's preferences may have changed since, and a replay must still answer as the
-    # first request did. This read is only a shortcut; the insert below still decides if two
-    # requests race past it.
-    existing = repository.get_by_idempotency_key(
-        client_id=client_id, idempotency_key=idempotency_key
-    )
-    if existing is not None:
-        return _replay(existing=existing, fingerprint=notification_request_fingerprint(request))
-    new = _notification_prepare(
-        client_id=client_id,
-        idempotency_key=idempotency_key,
-        request=request,
-        renderer=renderer or NoTemplates(),
-        max_attempts=settings.NOTIFYQUEUE_MAX_ATTEMPTS if max_attempts is None else max_attempts,
-        now=now,
-    )
+    backlog = backlog or CLIENT_BACKLOG
     limit = settings.NOTIFYQUEUE_CLIENT_MAX_PENDING if max_pending is None else max_pending
-    client_backlog_check(client_id=client_id, limit=limit, repository=repository)
-    return _insert(new=new, now=now, repository=repository)
+    attempts = settings.NOTIFYQUEUE_MAX_ATTEMPTS if max_attempts is None else max_attempts
+    try:
+        new = _notification_prepare(
+            client_id=client_id,
+            idempotency_key=idempotency_key,
+            request=request,
+            renderer=renderer or NoTemplates(),
+            max_attempts=attempts,
+        )
+        backlog.check(client_id=client_id, limit=limit, repository=repository)
+    except DomainError:
+        # A replay is answered even when the backlog is full, and even when the template or
+        # the user's preferences changed since: it answers as the first request did.
+        result = _replay_if_known(
+            client_id=client_id,
+            idempotency_key=idempotency_key,
+            request=request,
+            repository=repository,
+        )
+        if result is None:
+            raise
+        return result
+    result = _insert(new=new, repository=repository)
+    if result.created:
+        backlog.created(client_id=client_id, count=1)
+    return result
 
 
 def notification_batch_create(
     *,
     client_id: uuid.UUID,
     items: Sequence[BatchItem | InvalidRequest],
-    now: datetime,
     repository: NotificationStore | None = None,
     renderer: TemplateRenderer | None = None,
     max_pending: int | None = None,
     max_attempts: int | None = None,
+    backlog: ClientBacklog | None = None,
 ) -> list[BatchOutcome]:
-    """Creates each item independently, in order; items that failed validation answer 400.
+    """Creates each item independently; items that failed validation answer 400. The answer
+    is what each item would have got as a single create, in order, as if sent one by one.
 
-    The backlog is checked once for the whole batch (429 for all of it), so a batch can take a
-    client at most one batch past its limit.
+    Every item that can be inserted is inserted by one statement. The backlog is checked once
+    for the whole batch (429 for all of it), so a batch can take a client at most one batch
+    past its limit.
     """
     repository = repository or NotificationRepository()
     renderer = renderer or NoTemplates()
+    backlog = backlog or CLIENT_BACKLOG
     limit = settings.NOTIFYQUEUE_CLIENT_MAX_PENDING if max_pending is None else max_pending
     attempts = settings.NOTIFYQUEUE_MAX_ATTEMPTS if max_attempts is None else max_attempts
-    client_backlog_check(client_id=client_id, limit=limit, repository=repository)
-    outcomes = []
-    for item in items:
+    backlog.check(client_id=client_id, limit=limit, repository=repository)
+    outcomes: list[BatchOutcome | None] = [None] * len(items)
+    to_insert: dict[str, tuple[int, NewNotification]] = {}
+    # A key that an earlier item of this batch inserts: answered as a replay of that row.
+    repeats: list[tuple[int, BatchItem]] = []
+    for index, item in enumerate(items):
         if isinstance(item, InvalidRequest):
-            outcomes.append(BatchOutcome(http_status=item.http_status, error=item))
+            outcomes[index] = BatchOutcome(http_status=item.http_status, error=item)
+            continue
+        if item.idempotency_key in to_insert:
+            repeats.append((index, item))
             continue
         try:
-            try:
-                new = _notification_prepare(
-                    client_id=client_id,
-                    idempotency_key=item.idempotency_key,
-                    request=item.request,
-                    renderer=renderer,
-                    max_attempts=attempts,
-                    now=now,
-                )
-            except DomainError:
-                # The key may already hold this request from before the template or the
-                # preferences changed: a replay answers as the first request did.
-                existing = repository.get_by_idempotency_key(
-                    client_id=client_id, idempotency_key=item.idempotency_key
-                )
-                if existing is None:
-                    raise
-                fingerprint = notification_request_fingerprint(item.request)
-                result = _replay(existing=existing, fingerprint=fingerprint)
-            else:
-                result = _insert(new=new, now=now, repository=repository)
-        except DomainError as error:
-            outcomes.append(BatchOutcome(http_status=error.http_status, error=error))
-            continue
-        outcomes.append(
-            BatchOutcome(
-                http_status=http.HTTP_201_CREATED if result.created else http.HTTP_200_OK,
-                notification=result.notification,
+            new = _notification_prepare(
+                client_id=client_id,
+                idempotency_key=item.idempotency_key,
+                request=item.request,
+                renderer=renderer,
+                max_attempts=attempts,
             )
-        )
-    return outcomes
+        except DomainError as error:
+            # The key may already hold this request from before the template or the
+            # preferences changed: a replay answers as the first request did.
+            existing = repository.get_by_idempotency_key(
+                client_id=client_id, idempotency_key=item.idempotency_key
+            )
+            outcomes[index] = (
+                BatchOutcome(http_status=error.http_status, error=error)
+                if existing is None
+                else _batch_replay(existing=existing, request=item.request)
+            )
+            continue
+        to_insert[item.idempotency_key] = (index, new)
+    inserted = repository.insert_many(
+        client_id=client_id, new=[new for _, new in to_insert.values()]
+    )
+    holders: dict[str, NotificationRecord] = {}
+    created = 0
+    for (index, new), result in zip(to_insert.values(), inserted, strict=True):
+        holders[new.idempotency_key] = result.record
+        if result.created:
+            created += 1
+            metrics.notification_created(channel=result.record.channel)
+            outcomes[index] = BatchOutcome(
+                http_status=http.HTTP_201_CREATED, notification=result.record
+            )
+        else:
+            outcomes[index] = _batch_replay(existing=result.record, request=items[index].request)
+    for index, item in repeats:
+        holder = holders[item.idempotency_key]
+        outcomes[index] = _batch_replay(existing=holder, request=item.request)
+    backlog.created(client_id=client_id, count=created)
+    return [outcome for outcome in outcomes if outcome is not None]
 
 
-def client_backlog_check(
-    *, client_id: uuid.UUID, limit: int, repository: NotificationStore
-) -> None:
-    """Raises TooManyPending when more than `limit` of the client's notifications are PENDING."""
-    if repository.pending_count(client_id=client_id, limit=limit + 1) > limit:
-        raise TooManyPending(limit=limit)
+def _batch_replay(*, existing: NotificationRecord, request: NotificationRequest) -> BatchOutcome:
+    """A batch item whose key `existing` holds: 200 for the same request, 409 otherwise."""
+    try:
+        result = _replay(existing=existing, fingerprint=notification_request_fingerprint(request))
+    except IdempotencyKeyReused as error:
+        return BatchOutcome(http_status=error.http_status, error=error)
+    return BatchOutcome(http_status=http.HTTP_200_OK, notification=result.notification)
+
+
+def _replay_if_known(
+    *,
+    client_id: uuid.UUID,
+    idempotency_key: str,
+    request: NotificationRequest,
+    repository: NotificationStore,
+) -> CreateResult | None:
+    """The answer to a replay of `request` if the key is already used, else None."""
+    existing = repository.get_by_idempotency_key(
+        client_id=client_id, idempotency_key=idempotency_key
+    )
+    if existing is None:
+        return None
+    return _replay(existing=existing, fingerprint=notification_request_fingerprint(request))
 
 
 def notification_get(
@@ -557,7 +655,6 @@ def _notification_prepare(
     request: NotificationRequest,
     renderer: TemplateRenderer,
     max_attempts: int,
-    now: datetime,
 ) -> NewNotification:
     if request.template is not None:
         content = renderer.render(client_id=client_id, request=request)
@@ -574,9 +671,6 @@ def _notification_prepare(
             f"body: {size} bytes of UTF-8; at most {MAX_BODY_BYTES} are allowed.",
             fields={"body": [f"At most {MAX_BODY_BYTES} bytes of UTF-8 (this one is {size})."]},
         )
-    send_at = notification_send_time(
-        send_at=request.send_at, delay_seconds=request.delay_seconds, now=now
-    )
     return NewNotification(
         client_id=client_id,
         idempotency_key=idempotency_key,
@@ -591,15 +685,15 @@ def _notification_prepare(
         template=request.template,
         payload=request.payload,
         fallback_channels=content.fallback_channels,
-        send_at=send_at,
-        due_at=send_at,
         max_attempts=max_attempts,
+        send_at=request.send_at,
+        delay_seconds=request.delay_seconds,
     )
 
 
-def _insert(*, new: NewNotification, now: datetime, repository: NotificationStore) -> CreateResult:
+def _insert(*, new: NewNotification, repository: NotificationStore) -> CreateResult:
     try:
-        inserted = repository.insert(new=new, now=now)
+        inserted = repository.insert(new=new)
     except DuplicateRequest as duplicate:
         return _replay(existing=duplicate.existing, fingerprint=new.request_fingerprint)
     metrics.notification_created(channel=inserted.channel)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from notifications.models import Priority, Status
+from notifications.models import Notification, Priority, Status
 from notifications.repositories import (
     QUERIES,
     DuplicateRequest,
@@ -27,7 +27,6 @@ repository = NotificationRepository()
 
 
 def new_notification(client_id: uuid.UUID, key: str = "k-1", **fields) -> NewNotification:
-    now = timezone.now()
     values = {
         "client_id": client_id,
         "idempotency_key": key,
@@ -42,32 +41,96 @@ def new_notification(client_id: uuid.UUID, key: str = "k-1", **fields) -> NewNot
         "template": None,
         "payload": None,
         "fallback_channels": [],
-        "send_at": now,
-        "due_at": now,
         "max_attempts": 6,
     }
     return NewNotification(**{**values, **fields})
 
 
+DB_NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def database_clock_at_db_now(db):
+    """notifyqueue_now() answers DB_NOW inside this test's transaction (rolled back after)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE OR REPLACE FUNCTION notifyqueue_now() RETURNS timestamptz "
+            f"LANGUAGE sql STABLE AS $$ SELECT '{DB_NOW.isoformat()}'::timestamptz $$"
+        )
+
+
 @pytest.mark.django_db
-def test_insert_round_trips_every_field():
+def test_insert_round_trips_every_field(database_clock_at_db_now):
     client = ClientFactory()
-    new = new_notification(client.id)
-    now = timezone.now()
-    record = repository.insert(new=new, now=now)
+    record = repository.insert(new=new_notification(client.id))
     assert record.priority is Priority.CRITICAL
     assert record.metadata == {"nested": {"list": [1, 2]}}
-    assert (record.status, record.attempt_count, record.created_at) == (Status.PENDING, 0, now)
+    assert (record.status, record.attempt_count) == (Status.PENDING, 0)
+    assert record.created_at == record.updated_at == record.send_at == record.due_at == DB_NOW
     assert repository.get(notification_id=record.id, client_id=client.id) == record
+
+
+@pytest.mark.parametrize(
+    "timing, due",
+    [
+        ({"delay_seconds": 90}, DB_NOW + timedelta(seconds=90)),
+        ({"send_at": DB_NOW + timedelta(hours=2)}, DB_NOW + timedelta(hours=2)),
+        ({"send_at": DB_NOW - timedelta(days=400)}, DB_NOW),
+        ({}, DB_NOW),
+    ],
+)
+def test_due_time_comes_from_the_database_clock(database_clock_at_db_now, timing, due):
+    client = ClientFactory()
+    single = repository.insert(new=new_notification(client.id, **timing))
+    (batched,) = repository.insert_many(
+        client_id=client.id, new=[new_notification(client.id, key="k-2", **timing)]
+    )
+    assert single.send_at == single.due_at == due
+    assert batched.record.send_at == batched.record.due_at == due
 
 
 @pytest.mark.django_db
 def test_second_insert_with_the_key_raises_duplicate_request_with_the_first_row():
     client = ClientFactory()
-    first = repository.insert(new=new_notification(client.id), now=timezone.now())
+    first = repository.insert(new=new_notification(client.id))
     with pytest.raises(DuplicateRequest) as caught:
-        repository.insert(new=new_notification(client.id, body="other"), now=timezone.now())
+        repository.insert(new=new_notification(client.id, body="other"))
     assert caught.value.existing == first
+
+
+@pytest.mark.django_db
+def test_insert_is_one_statement_whether_new_or_a_replay():
+    client = ClientFactory()
+    with CaptureQueriesContext(connection) as new:
+        repository.insert(new=new_notification(client.id))
+    with CaptureQueriesContext(connection) as replay, pytest.raises(DuplicateRequest):
+        repository.insert(new=new_notification(client.id))
+    assert (len(new.captured_queries), len(replay.captured_queries)) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_insert_many_is_one_statement_with_an_answer_per_item_in_order():
+    client = ClientFactory()
+    old = repository.insert(new=new_notification(client.id, key="old"))
+    batch = [new_notification(client.id, key=f"n-{n}", body=f"B{n}") for n in range(50)]
+    batch.insert(10, new_notification(client.id, key="old", body="changed"))
+    with CaptureQueriesContext(connection) as captured:
+        results = repository.insert_many(client_id=client.id, new=batch)
+    assert len(captured.captured_queries) == 1
+    assert [r.record.idempotency_key for r in results] == [n.idempotency_key for n in batch]
+    assert [r.created for r in results] == [True] * 10 + [False] + [True] * 40
+    assert results[10].record == old
+    assert [r.record.body for r in results[11:]] == [f"B{n}" for n in range(10, 50)]
+    assert results[0].record.metadata == {"nested": {"list": [1, 2]}}
+    assert Notification.objects.filter(client_id=client.id).count() == 51
+
+
+@pytest.mark.django_db
+def test_insert_many_of_nothing_runs_no_statement():
+    client = ClientFactory()
+    with CaptureQueriesContext(connection) as captured:
+        assert repository.insert_many(client_id=client.id, new=[]) == []
+    assert captured.captured_queries == []
 
 
 @pytest.mark.django_db
@@ -75,9 +138,7 @@ def test_a_check_constraint_violation_becomes_invalid_request():
     from notifyqueue.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest):
-        repository.insert(
-            new=new_notification(ClientFactory().id, channel="pigeon"), now=timezone.now()
-        )
+        repository.insert(new=new_notification(ClientFactory().id, channel="pigeon"))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -89,9 +150,7 @@ def test_an_insert_racing_an_uncommitted_one_waits_and_gets_duplicate_request():
     def first_request() -> None:
         try:
             with transaction.atomic():
-                holder["record"] = repository.insert(
-                    new=new_notification(client.id), now=timezone.now()
-                )
+                holder["record"] = repository.insert(new=new_notification(client.id))
                 inserted.set()
                 release.wait(timeout=30)
         finally:
@@ -99,7 +158,7 @@ def test_an_insert_racing_an_uncommitted_one_waits_and_gets_duplicate_request():
 
     def second_request() -> None:
         try:
-            repository.insert(new=new_notification(client.id), now=timezone.now())
+            repository.insert(new=new_notification(client.id))
         except DuplicateRequest as duplicate:
             holder["duplicate"] = duplicate.existing
         finally:
@@ -116,6 +175,44 @@ def test_an_insert_racing_an_uncommitted_one_waits_and_gets_duplicate_request():
     first.join(timeout=30)
     second.join(timeout=30)
     assert holder["duplicate"] == holder["record"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_racing_an_uncommitted_insert_answers_that_row_for_its_key():
+    client = ClientFactory()
+    inserted, release = threading.Event(), threading.Event()
+    holder: dict = {}
+
+    def single_request() -> None:
+        try:
+            with transaction.atomic():
+                holder["record"] = repository.insert(new=new_notification(client.id, key="k-2"))
+                inserted.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    def batch_request() -> None:
+        try:
+            keys = ["k-1", "k-2", "k-3"]
+            holder["batch"] = repository.insert_many(
+                client_id=client.id, new=[new_notification(client.id, key=k) for k in keys]
+            )
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=single_request)
+    first.start()
+    assert inserted.wait(timeout=30)
+    second = threading.Thread(target=batch_request)
+    second.start()
+    second.join(timeout=0.3)
+    assert second.is_alive(), "the batch should wait for the conflicting insert to commit"
+    release.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert [r.created for r in holder["batch"]] == [True, False, True]
+    assert holder["batch"][1].record == holder["record"]
 
 
 @pytest.mark.django_db

@@ -16,3 +16,17 @@ RETURNING
     requests,
     EXTRACT(EPOCH FROM window_start + make_interval(secs => %(window_s)s) - notifyqueue_now())
         ::float8 AS seconds_left;
+
+-- name: api_key_client
+-- The unrevoked key with this prefix (unique, indexed) and its client. Expiry is decided by
+-- the database clock. Revoking a key takes effect on the next request: nothing is cached.
+SELECT k.id AS key_id,
+       k.hashed_key,
+       k.expiry_date IS NOT NULL AND k.expiry_date < notifyqueue_now() AS expired,
+       c.id,
+       c.name,
+       c.is_operator
+  FROM clients_clientapikey AS k
+  JOIN clients_client AS c ON c.id = k.client_id
+ WHERE k.prefix = %(prefix)s
+   AND NOT k.revoked;

@@ -1,24 +1,112 @@
 -- The API's writes to the notification table. Each statement is one round trip and decides
 -- its race inside PostgreSQL: the unique constraint for creates, the status guard for cancels.
 
--- name: notification_insert
--- The unique constraint (client_id, idempotency_key) decides between concurrent creates: the
--- loser waits for the winner's commit, then inserts nothing and gets no row back.
-INSERT INTO notification (
-    id, client_id, idempotency_key, request_fingerprint,
-    channel, recipient, subject, body, priority, metadata,
-    user_id, template, payload, fallback_channels,
-    status, send_at, due_at, attempt_count, max_attempts, operator_retries,
-    created_at, updated_at
-) VALUES (
-    %(id)s, %(client_id)s, %(idempotency_key)s, %(request_fingerprint)s,
-    %(channel)s, %(recipient)s, %(subject)s, %(body)s, %(priority)s, %(metadata)s::jsonb,
-    %(user_id)s, %(template)s, %(payload)s::jsonb, %(fallback_channels)s::jsonb,
-    'PENDING', %(send_at)s, %(due_at)s, 0, %(max_attempts)s, 0,
-    %(now)s, %(now)s
+-- name: notification_create
+-- One round trip for a create: the insert, or, when the client already used the key, the row
+-- that holds it (`created` tells which). The unique constraint (client_id, idempotency_key)
+-- decides between concurrent creates: the loser waits for the winner's commit and inserts
+-- nothing. The existing row is read with the statement's snapshot, taken before that wait, so
+-- a winner that committed meanwhile is not seen: the statement then returns no row and the
+-- caller runs it again (a fresh snapshot). Times come from the database clock: `send_at` is
+-- when the client asked for (a past time means now), `delay_seconds` counts from now.
+WITH clock AS (
+    SELECT notifyqueue_now() AS now
+), new AS (
+    INSERT INTO notification (
+        id, client_id, idempotency_key, request_fingerprint,
+        channel, recipient, subject, body, priority, metadata,
+        user_id, template, payload, fallback_channels,
+        status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+        created_at, updated_at
+    )
+    SELECT gen_random_uuid(), %(client_id)s, %(idempotency_key)s, %(request_fingerprint)s,
+           %(channel)s, %(recipient)s, %(subject)s, %(body)s, %(priority)s, %(metadata)s::jsonb,
+           %(user_id)s, %(template)s, %(payload)s::jsonb, %(fallback_channels)s::jsonb,
+           'PENDING', due.at, due.at, 0, %(max_attempts)s, 0,
+           clock.now, clock.now
+      FROM clock
+     CROSS JOIN LATERAL (
+        SELECT CASE
+                 WHEN %(delay_seconds)s::integer IS NOT NULL
+                   THEN clock.now + make_interval(secs => %(delay_seconds)s::integer)
+                 ELSE GREATEST(coalesce(%(send_at)s::timestamptz, clock.now), clock.now)
+               END AS at
+     ) AS due
+    ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
+    RETURNING *
 )
-ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
-RETURNING *;
+SELECT true AS created, new.* FROM new
+UNION ALL
+SELECT false AS created, n.*
+  FROM notification AS n
+ WHERE n.client_id = %(client_id)s
+   AND n.idempotency_key = %(idempotency_key)s
+   AND NOT EXISTS (SELECT 1 FROM new);
+
+-- name: notifications_create_many
+-- A batch in one statement: every item (keys already distinct) is inserted, or the row that
+-- already holds its key is returned (`created` false). The items arrive as one JSON array;
+-- the wake-up trigger is per statement, so the whole batch sends one NOTIFY. As in
+-- notification_create, a key committed by another request while this statement waited is
+-- missing from the answer; the caller reads those few again.
+WITH clock AS (
+    SELECT notifyqueue_now() AS now
+), item AS (
+    SELECT *
+      FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
+           ord integer, idempotency_key text, request_fingerprint text,
+           channel text, recipient text, subject text, body text, priority smallint,
+           metadata jsonb, user_id text, template text, payload jsonb,
+           fallback_channels jsonb, send_at timestamptz, delay_seconds integer,
+           max_attempts integer)
+), new AS (
+    INSERT INTO notification (
+        id, client_id, idempotency_key, request_fingerprint,
+        channel, recipient, subject, body, priority, metadata,
+        user_id, template, payload, fallback_channels,
+        status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+        created_at, updated_at
+    )
+    SELECT gen_random_uuid(), %(client_id)s, i.idempotency_key, i.request_fingerprint,
+           i.channel, i.recipient, i.subject, i.body, i.priority, i.metadata,
+           i.user_id, i.template, i.payload, i.fallback_channels,
+           'PENDING', due.at, due.at, 0, i.max_attempts, 0,
+           clock.now, clock.now
+      FROM item AS i
+     CROSS JOIN clock
+     CROSS JOIN LATERAL (
+        SELECT CASE
+                 WHEN i.delay_seconds IS NOT NULL
+                   THEN clock.now + make_interval(secs => i.delay_seconds)
+                 ELSE GREATEST(coalesce(i.send_at, clock.now), clock.now)
+               END AS at
+     ) AS due
+     ORDER BY i.ord
+    ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
+    RETURNING *
+)
+SELECT true AS created, new.* FROM new
+UNION ALL
+SELECT false AS created, n.*
+  FROM item AS i
+  JOIN notification AS n
+    ON n.client_id = %(client_id)s
+   AND n.idempotency_key = i.idempotency_key
+ WHERE NOT EXISTS (SELECT 1 FROM new WHERE new.idempotency_key = i.idempotency_key);
+
+-- name: notification_by_key
+SELECT * FROM notification
+ WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: notifications_by_keys
+SELECT * FROM notification
+ WHERE client_id = %(client_id)s AND idempotency_key = ANY(%(keys)s::text[]);
+
+-- name: notification_by_id
+-- With a client, only that client's row (another client's id reads as missing).
+SELECT * FROM notification
+ WHERE id = %(id)s
+   AND (%(client_id)s::uuid IS NULL OR client_id = %(client_id)s::uuid);
 
 -- name: notification_cancel
 -- Only a PENDING row changes. A worker's claim takes the same row lock and also requires

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 from notifications.models import Status
 from notifications.repositories import (
     DuplicateRequest,
+    Inserted,
     ListFilters,
     ListPage,
     ListPosition,
@@ -27,13 +29,24 @@ class InMemoryNotificationRepository:
     def __init__(self) -> None:
         self.rows: dict[uuid.UUID, NotificationRecord] = {}
         self.inserts = 0
+        self.pending_counts = 0
+        # The database clock: what `notifyqueue_now()` would answer. Tests move it.
+        self.now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
-    def insert(self, *, new: NewNotification, now: datetime) -> NotificationRecord:
+    def insert(self, *, new: NewNotification) -> NotificationRecord:
         existing = self._by_key(new.client_id, new.idempotency_key)
         if existing is not None:
             raise DuplicateRequest(existing)
+        now = self.now
+        if new.delay_seconds is not None:
+            due = now + timedelta(seconds=new.delay_seconds)
+        else:
+            due = max(new.send_at or now, now)
+        values = dataclasses.asdict(new)
+        del values["delay_seconds"]
+        values.update(send_at=due, due_at=due)
         record = NotificationRecord(
-            **dataclasses.asdict(new),
+            **values,
             id=uuid.uuid4(),
             status=Status.PENDING,
             attempt_count=0,
@@ -46,6 +59,19 @@ class InMemoryNotificationRepository:
         self.rows[record.id] = record
         self.inserts += 1
         return record
+
+    def insert_many(
+        self, *, client_id: uuid.UUID, new: Sequence[NewNotification]
+    ) -> list[Inserted]:
+        assert len({item.idempotency_key for item in new}) == len(new), "keys must be distinct"
+        results = []
+        for item in new:
+            assert item.client_id == client_id
+            try:
+                results.append(Inserted(record=self.insert(new=item), created=True))
+            except DuplicateRequest as duplicate:
+                results.append(Inserted(record=duplicate.existing, created=False))
+        return results
 
     def get(
         self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None
@@ -108,6 +134,7 @@ class InMemoryNotificationRepository:
         return cancelled
 
     def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int:
+        self.pending_counts += 1
         pending = sum(
             1 for r in self.rows.values() if r.client_id == client_id and r.status == Status.PENDING
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -39,11 +40,13 @@ def repo() -> InMemoryNotificationRepository:
 
 
 def create(repo, request=None, *, key="k-1", client_id=ACME, now=NOW, **kwargs):
+    """A create at database time `now`; the backlog is counted afresh unless one is given."""
+    repo.now = now
+    kwargs.setdefault("backlog", services.ClientBacklog())
     return services.notification_create(
         client_id=client_id,
         idempotency_key=key,
         request=request or email(),
-        now=now,
         repository=repo,
         max_pending=kwargs.pop("max_pending", 100),
         max_attempts=kwargs.pop("max_attempts", 6),
@@ -278,8 +281,8 @@ def test_batch_creates_each_item_on_its_own(repo):
             BatchItem(idempotency_key="a", request=email(body="other")),
             BatchItem(idempotency_key="t", request=email(body=None, template="x")),
         ],
-        now=NOW,
         repository=repo,
+        backlog=services.ClientBacklog(),
         max_pending=100,
         max_attempts=6,
     )
@@ -296,9 +299,135 @@ def test_batch_over_the_backlog_is_refused_whole(repo):
         services.notification_batch_create(
             client_id=ACME,
             items=[BatchItem(idempotency_key="b", request=email())],
-            now=NOW,
             repository=repo,
+            backlog=services.ClientBacklog(),
             max_pending=0,
             max_attempts=6,
         )
     assert len(repo.rows) == 1
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_backlog_is_counted_once_and_this_process_adds_its_own_creates(repo):
+    backlog = services.ClientBacklog(clock=FakeMonotonic())
+    for n in range(3):
+        create(repo, key=f"k-{n}", max_pending=2, backlog=backlog)
+    with pytest.raises(TooManyPending):
+        create(repo, key="k-new", max_pending=2, backlog=backlog)
+    assert repo.pending_counts == 1
+    assert len(repo.rows) == 3
+
+
+def test_backlog_is_recounted_after_the_interval_and_sees_rows_sent_elsewhere(repo):
+    clock = FakeMonotonic()
+    backlog = services.ClientBacklog(clock=clock)
+    for n in range(3):
+        create(repo, key=f"k-{n}", max_pending=2, backlog=backlog)
+    for record in list(repo.rows.values()):
+        repo.rows[record.id] = dataclasses.replace(record, status=Status.SENT)
+    clock.now += services.BACKLOG_RECOUNT_S - 0.01
+    with pytest.raises(TooManyPending):
+        create(repo, key="k-new", max_pending=2, backlog=backlog)
+    clock.now += 0.02
+    assert create(repo, key="k-new", max_pending=2, backlog=backlog).created is True
+    assert repo.pending_counts == 2
+
+
+def test_backlog_sees_rows_other_processes_created_at_the_next_count(repo):
+    clock = FakeMonotonic()
+    mine, theirs = services.ClientBacklog(clock=clock), services.ClientBacklog(clock=clock)
+    create(repo, key="mine-0", max_pending=2, backlog=mine)
+    create(repo, key="theirs-0", max_pending=2, backlog=theirs)
+    create(repo, key="theirs-1", max_pending=2, backlog=theirs)
+    # Within the interval `mine` knows only its own row: the overshoot the docs bound.
+    assert create(repo, key="mine-1", max_pending=2, backlog=mine).created is True
+    clock.now += services.BACKLOG_RECOUNT_S
+    with pytest.raises(TooManyPending):
+        create(repo, key="mine-2", max_pending=2, backlog=mine)
+
+
+def test_a_slow_backlog_count_is_spaced_out_in_proportion(repo):
+    clock = FakeMonotonic()
+
+    class SlowCount(InMemoryNotificationRepository):
+        def pending_count(self, *, client_id, limit):
+            clock.now += 0.1
+            return super().pending_count(client_id=client_id, limit=limit)
+
+    slow = SlowCount()
+    backlog = services.ClientBacklog(clock=clock)
+    create(slow, key="k-0", backlog=backlog)
+    clock.now += services.BACKLOG_RECOUNT_S
+    create(slow, key="k-1", backlog=backlog)
+    assert slow.pending_counts == 1
+    clock.now += 0.1 * services.BACKLOG_COUNT_SHARE
+    create(slow, key="k-2", backlog=backlog)
+    assert slow.pending_counts == 2
+
+
+def test_a_changed_limit_is_counted_afresh(repo):
+    backlog = services.ClientBacklog(clock=FakeMonotonic())
+    for n in range(3):
+        create(repo, key=f"k-{n}", max_pending=10, backlog=backlog)
+    with pytest.raises(TooManyPending):
+        create(repo, key="k-new", max_pending=2, backlog=backlog)
+    assert repo.pending_counts == 2
+
+
+def test_batch_inserts_every_item_in_one_call_and_answers_in_order(repo):
+    calls = []
+
+    class Recording(InMemoryNotificationRepository):
+        def insert_many(self, *, client_id, new):
+            calls.append([item.idempotency_key for item in new])
+            return super().insert_many(client_id=client_id, new=new)
+
+    recording = Recording()
+    create(recording, key="old")
+    outcomes = services.notification_batch_create(
+        client_id=ACME,
+        items=[BatchItem(idempotency_key=f"n-{n}", request=email()) for n in range(5)]
+        + [
+            BatchItem(idempotency_key="old", request=email()),
+            BatchItem(idempotency_key="old", request=email(body="changed")),
+            BatchItem(idempotency_key="n-1", request=email(body="changed")),
+        ],
+        repository=recording,
+        backlog=services.ClientBacklog(),
+        max_pending=100,
+        max_attempts=6,
+    )
+    assert calls == [["n-0", "n-1", "n-2", "n-3", "n-4", "old"]]
+    assert [o.http_status for o in outcomes] == [201] * 5 + [200, 409, 409]
+    assert [o.notification.idempotency_key for o in outcomes[:6]] == [
+        "n-0",
+        "n-1",
+        "n-2",
+        "n-3",
+        "n-4",
+        "old",
+    ]
+
+
+def test_batch_times_come_from_the_store_clock(repo):
+    repo.now = NOW + timedelta(hours=1)
+    outcomes = services.notification_batch_create(
+        client_id=ACME,
+        items=[
+            BatchItem(idempotency_key="a", request=email(delay_seconds=60)),
+            BatchItem(idempotency_key="b", request=email(send_at=NOW)),
+        ],
+        repository=repo,
+        backlog=services.ClientBacklog(),
+        max_pending=100,
+        max_attempts=6,
+    )
+    assert outcomes[0].notification.due_at == repo.now + timedelta(seconds=60)
+    assert outcomes[1].notification.due_at == repo.now

@@ -23,11 +23,11 @@ def repo() -> InMemoryNotificationRepository:
 
 
 def stored(repo, *, status: str, created_at: datetime = NOW, channel: str = "email", n: int = 0):
+    repo.now = created_at
     created = services.notification_create(
         client_id=ACME,
         idempotency_key=f"k{n}-{uuid.uuid4()}",
         request=email(channel=channel),
-        now=created_at,
         repository=repo,
         max_pending=10_000,
         max_attempts=6,

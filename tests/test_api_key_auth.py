@@ -1,0 +1,63 @@
+"""`Authorization: Api-Key` on the create path: one query, nothing cached, database clock."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from clients.models import ClientAPIKey
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/notifications"
+VALID = {"channel": "email", "recipient": "ada@example.com", "body": "Welcome"}
+
+
+def create(api: APIClient, key: str):
+    return api.post(URL, VALID, format="json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+def test_a_revoked_key_fails_on_its_very_next_request(api, acme):
+    assert create(api, "k-1").status_code == 201
+    ClientAPIKey.objects.filter(client=acme[0]).update(revoked=True)
+    response = create(api, "k-2")
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "Unknown or revoked API key."
+
+
+def test_a_known_prefix_with_a_wrong_secret_is_refused(acme):
+    prefix = acme[1].partition(".")[0]
+    http = APIClient()
+    http.credentials(HTTP_AUTHORIZATION=f"Api-Key {prefix}.not-the-secret")
+    assert create(http, "k-1").status_code == 401
+
+
+def test_expiry_is_decided_by_the_database_clock(api, acme):
+    keys = ClientAPIKey.objects.filter(client=acme[0])
+    keys.update(expiry_date=timezone.now() + timedelta(hours=1))
+    assert create(api, "k-1").status_code == 201
+    with connection.cursor() as cursor:
+        # The database's clock moves two hours on (this test's transaction only).
+        cursor.execute(
+            "CREATE OR REPLACE FUNCTION notifyqueue_now() RETURNS timestamptz "
+            "LANGUAGE sql STABLE AS $$ SELECT statement_timestamp() + interval '2 hours' $$"
+        )
+    response = create(api, "k-2")
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "This API key has expired."
+
+
+def test_a_create_is_two_queries_authentication_and_the_insert(api, settings):
+    settings.NOTIFYQUEUE_API_RATE_LIMIT = 0  # the throttle's own count is not this test's
+    create(api, "warm-up")  # the backlog figure is counted once per interval, not per create
+    with CaptureQueriesContext(connection) as captured:
+        assert create(api, "k-1").status_code == 201
+    queries = [query["sql"] for query in captured.captured_queries]
+    assert len(queries) == 2, queries
+    assert "FROM clients_clientapikey" in queries[0]
+    assert "INSERT INTO notification" in queries[1]
