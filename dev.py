@@ -1,42 +1,73 @@
 #!/usr/bin/env python3
 """Sets up everything Notify Queue needs, then runs it or tests it.
 
-    python3 dev.py serve   # API on http://127.0.0.1:8000 plus one worker, with a demo client
-    python3 dev.py test    # lint, migration check and the whole test suite
+    python3 dev.py serve   # API on http://127.0.0.1:8000 (HOST, PORT) plus one worker
+    python3 dev.py test    # lint, migration check and the whole test suite (args go to pytest)
+    python3 dev.py stop    # stop a left-over embedded PostgreSQL
 
 Needs only Python 3.11+ and pip: it creates `.venv/`, installs the project into it, and (when
-DATABASE_URL is unset) starts the embedded PostgreSQL under `.notifyqueue/`. Any further
-arguments to `test` are passed to pytest. `test` also installs Debian's chromium (with
-apt-get, when run as root) for the admin's browser test, which skips only if that fails.
+DATABASE_URL is unset) starts the embedded PostgreSQL under `.notifyqueue/`, passes it to
+every process it starts (with the development switch NOTIFYQUEUE_DEV_EMBEDDED_DB=1), and
+stops it again when it ends. `test` also installs Debian's chromium (with apt-get, when run as
+root) for the browser tests, which skip only if that fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+# The demo key, the admin password and the metrics folder (the embedded database always lives
+# in .notifyqueue/); tests point it elsewhere.
+STATE = Path(os.environ.get("NOTIFYQUEUE_DEV_STATE_DIR", ROOT / ".notifyqueue"))
 DEMO_CLIENT = "demo"
+DEMO_KEY_FILE = STATE / "demo-api-key"
+ADMIN_USER = "operator"
+ADMIN_PASSWORD_FILE = STATE / "demo-admin-password"
+METRICS_DIR = STATE / "metrics"
 CHROMIUM = Path("/usr/bin/chromium")
+API_WORKERS = 2
+STARTUP_TIMEOUT_S = 60
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT arrived: stop everything that was started."""
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[1] not in {"serve", "test"}:
+    command, args = (argv[1], argv[2:]) if len(argv) > 1 else ("", [])
+    if command == "stop":
+        return stop()
+    commands = {"serve": serve, "test": test}
+    if command not in commands:
         print(__doc__.strip())
         return 2
     ensure_installed()
-    if argv[1] == "serve":
-        return serve(host=os.environ.get("HOST", "127.0.0.1"), port=os.environ.get("PORT", "8000"))
-    return test(argv[2:])
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _raise_stopped)
+    try:
+        with development_environment() as env:
+            return commands[command](args, env)
+    except Stopped:
+        return 0
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped
 
 
 def ensure_installed() -> None:
@@ -56,73 +87,218 @@ def ensure_installed() -> None:
     stamp.touch()
 
 
-def manage(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return run([PYTHON, str(ROOT / "manage.py"), *args], **kwargs)
+@contextlib.contextmanager
+def development_environment() -> Iterator[dict[str, str]]:
+    """The environment for every process dev.py starts: the development switch and a database.
+
+    Without DATABASE_URL it starts the embedded PostgreSQL, and stops it on the way out if it
+    was not already running.
+    """
+    env = {**os.environ, "NOTIFYQUEUE_DEV_EMBEDDED_DB": "1"}
+    if env.get("DATABASE_URL"):
+        yield env
+        return
+    was_running = embedded_db("status").returncode == 0
+    started = embedded_db("start", capture_output=True, text=True)
+    if started.returncode != 0:
+        print(started.stderr.strip(), file=sys.stderr)
+        raise SystemExit(1)
+    try:
+        yield {**env, "DATABASE_URL": started.stdout.strip()}
+    finally:
+        if not was_running:
+            # Ctrl-C twice must not leave the server half-stopped.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            embedded_db("stop", stdout=subprocess.DEVNULL)
 
 
-def serve(*, host: str, port: str) -> int:
-    manage("migrate", "--no-input", "--verbosity", "0")
-    key = manage("demo_key", DEMO_CLIENT, capture_output=True, text=True).stdout.strip()
-    api = f"http://{host}:{port}"
-    print(
-        f"\nNotify Queue is running.\n"
-        f"  API:        {api}/api/v1/notifications\n"
-        f"  API docs:   {api}/api/docs/\n"
-        f"  Admin:      {api}/admin/ (login: .venv/bin/python manage.py createsuperuser)\n"
-        f"  Status:     {api}/status\n"
-        f"  Demo key:   {key}\n\n"
-        f"Try:\n"
-        f"  curl -s -X POST {api}/api/v1/notifications \\\n"
-        f"    -H 'Authorization: Api-Key {key}' -H 'Idempotency-Key: hello-1' \\\n"
-        f"    -H 'Content-Type: application/json' \\\n"
-        f'    -d \'{{"channel": "email", "recipient": "ada@example.com", "body": "Hello"}}\'\n',
-        flush=True,
+def embedded_db(action: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(PYTHON), "-m", "notifyqueue.embedded_db", action], cwd=ROOT, **kwargs
     )
+
+
+def stop() -> int:
+    """Stops the embedded PostgreSQL that an interrupted run left behind."""
+    if not PYTHON.exists():
+        print("Nothing to stop: no .venv here yet.")
+        return 0
+    result = embedded_db("stop", capture_output=True, text=True)
+    print(result.stdout.strip() or "The embedded PostgreSQL is not running.")
+    return result.returncode
+
+
+def manage(*args: str, env: dict[str, str], **kwargs) -> subprocess.CompletedProcess:
+    return run([PYTHON, ROOT / "manage.py", *args], env=env, **kwargs)
+
+
+def serve(args: list[str], env: dict[str, str]) -> int:
+    host, port = os.environ.get("HOST", "127.0.0.1"), int(os.environ.get("PORT", "8000"))
+    problem = port_problem(host, port)
+    if problem:
+        print(
+            f"dev.py serve: cannot listen on {host}:{port}: {problem}.\n"
+            f"Stop whatever uses it, or pick another port: PORT={port + 1} python3 dev.py serve",
+            file=sys.stderr,
+        )
+        return 1
+    started_at = time.monotonic()
+    manage("migrate", "--no-input", "--verbosity", "0", env=env)
+    key = manage(
+        "demo_key",
+        DEMO_CLIENT,
+        "--operator",
+        "--key-file",
+        str(DEMO_KEY_FILE),
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    password = admin_user_ensure(env)
+    # Worker and API processes write their counters here; the API's /metrics sums them all.
+    shutil.rmtree(METRICS_DIR, ignore_errors=True)
+    METRICS_DIR.mkdir(parents=True)
+    env = {**env, "PROMETHEUS_MULTIPROC_DIR": str(METRICS_DIR)}
+    # start_new_session: Ctrl-C reaches dev.py only, which then stops the API, the worker and
+    # the database in order.
     processes = [
         subprocess.Popen(
-            [PYTHON, "manage.py", "runserver", "--noreload", f"{host}:{port}"], cwd=ROOT
+            [
+                str(PYTHON),
+                "-m",
+                "gunicorn",
+                "-c",
+                str(ROOT / "notifyqueue" / "gunicorn.conf.py"),
+                "--bind",
+                f"{host}:{port}",
+                "--workers",
+                str(API_WORKERS),
+            ],
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
         ),
-        subprocess.Popen([PYTHON, "manage.py", "run_worker", "--concurrency", "8"], cwd=ROOT),
+        subprocess.Popen(
+            [str(PYTHON), "manage.py", "run_worker", "--concurrency", "8"],
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+        ),
     ]
     try:
+        if not wait_until_listening(host, port, processes):
+            print("dev.py serve: the API did not start (see above).", file=sys.stderr)
+            return 1
+        print_banner(host, port, key, password, time.monotonic() - started_at)
         while all(p.poll() is None for p in processes):
             time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
+        print("dev.py serve: a process ended unexpectedly; stopping the rest.", file=sys.stderr)
+        return 1
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for p in processes:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for p in processes:
-            p.wait(timeout=30)
-    return 0
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why host:port cannot be listened on (e.g. already in use), or None."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def wait_until_listening(host: str, port: int, processes: list[subprocess.Popen]) -> bool:
+    target = "127.0.0.1" if host in {"0.0.0.0", ""} else "::1" if host == "::" else host
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in processes):
+            return False
+        with contextlib.suppress(OSError), socket.create_connection((target, port), timeout=1):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def admin_user_ensure(env: dict[str, str]) -> str:
+    """The `operator` superuser for /admin/; its password is made once and kept in .notifyqueue."""
+    if not ADMIN_PASSWORD_FILE.exists():
+        STATE.mkdir(parents=True, exist_ok=True)
+        ADMIN_PASSWORD_FILE.touch(mode=0o600)
+        ADMIN_PASSWORD_FILE.write_text(secrets.token_urlsafe(12) + "\n")
+    password = ADMIN_PASSWORD_FILE.read_text().strip()
+    created = subprocess.run(
+        [
+            *(str(PYTHON), "manage.py", "createsuperuser", "--no-input"),
+            *("--username", ADMIN_USER, "--email", f"{ADMIN_USER}@localhost"),
+        ],
+        cwd=ROOT,
+        env={**env, "DJANGO_SUPERUSER_PASSWORD": password},
+        capture_output=True,
+        text=True,
+    )
+    if created.returncode != 0 and "already taken" not in created.stderr:
+        print(created.stderr, file=sys.stderr)
+        raise SystemExit(1)
+    return password
+
+
+def print_banner(host: str, port: int, key: str, password: str, startup_s: float) -> None:
+    site = f"http://{host}:{port}"
+    print(
+        f"\nNotify Queue is running ({startup_s:.1f} s to start).\n"
+        f"  API:        {site}/api/v1/notifications\n"
+        f"  API docs:   {site}/api/docs/ (Swagger UI), {site}/api/redoc/ (ReDoc)\n"
+        f"  Admin:      {site}/admin/  user {ADMIN_USER}  password {password}\n"
+        f"  Status:     {site}/status    Metrics: {site}/metrics\n"
+        f"  Demo key:   {key}  (client '{DEMO_CLIENT}', an operator; kept in {DEMO_KEY_FILE})\n\n"
+        f"Try:\n"
+        f"  curl -s -X POST {site}/api/v1/notifications \\\n"
+        f"    -H 'Authorization: Api-Key {key}' -H 'Idempotency-Key: hello-1' \\\n"
+        f"    -H 'Content-Type: application/json' \\\n"
+        f'    -d \'{{"channel": "email", "recipient": "ada@example.com", "body": "Hello"}}\'\n\n'
+        f"Ctrl-C (or SIGTERM to pid {os.getpid()}) stops the API, the worker and the database.\n",
+        flush=True,
+    )
 
 
 def ensure_browser() -> None:
-    """Debian's chromium for tests/test_admin_browser.py; never a browser download."""
+    """Debian's chromium for the browser tests; never a browser download."""
     if CHROMIUM.exists():
         return
     if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("apt-get") is None:
-        print(f"{CHROMIUM} is missing and apt-get cannot run here: the browser test will skip.")
+        print(f"{CHROMIUM} is missing and apt-get cannot run here: the browser tests will skip.")
         return
-    print("Installing chromium with apt-get for the admin browser test ...", flush=True)
+    print("Installing chromium with apt-get for the browser tests ...", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
         if subprocess.run(cmd, env=env).returncode != 0:
-            print(f"'{' '.join(cmd)}' failed: the browser test will skip.", file=sys.stderr)
+            print(f"'{' '.join(cmd)}' failed: the browser tests will skip.", file=sys.stderr)
             return
 
 
-def test(pytest_args: list[str]) -> int:
+def test(pytest_args: list[str], env: dict[str, str]) -> int:
     ensure_browser()
     steps = [
         [PYTHON, "-m", "ruff", "check", "."],
         [PYTHON, "-m", "ruff", "format", "--check", "."],
-        [PYTHON, str(ROOT / "manage.py"), "makemigrations", "--check", "--dry-run"],
+        [PYTHON, ROOT / "manage.py", "makemigrations", "--check", "--dry-run"],
         [PYTHON, "-m", "pytest", *pytest_args],
     ]
     for step in steps:
-        if subprocess.run(step, cwd=ROOT).returncode != 0:
+        if subprocess.run([str(s) for s in step], cwd=ROOT, env=env).returncode != 0:
             print(f"\nFAILED: {' '.join(map(str, step))}", file=sys.stderr)
             return 1
     return 0

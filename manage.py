@@ -1,16 +1,7 @@
 #!/usr/bin/env python
-"""Django's command-line utility for Notify Queue."""
+"""Django's command-line utility for Notify Queue (the `notifyqueue` console script is the same)."""
 
-import os
-import sys
-
-
-def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "notifyqueue.settings")
-    from django.core.management import execute_from_command_line
-
-    execute_from_command_line(sys.argv)
-
+from notifyqueue.cli import main
 
 if __name__ == "__main__":
     main()

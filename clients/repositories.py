@@ -89,3 +89,17 @@ def api_key_holder(*, prefix: str) -> KeyHolder | None:
     key_id, hashed_key, expired, *client_values = row
     client = Client.from_db("default", ["id", "name", "is_operator"], client_values)
     return KeyHolder(key_id=key_id, hashed_key=hashed_key, expired=expired, client=client)
+
+
+def client_key_authenticates(*, name: str, api_key: str) -> bool:
+    """True when `api_key` is a usable (not revoked, not expired) key of the client `name`."""
+    try:
+        key = ClientAPIKey.objects.get_from_key(api_key)
+    except ClientAPIKey.DoesNotExist:
+        return False
+    return not key.has_expired and key.client.name == name
+
+
+def client_operator_grant(*, name: str) -> None:
+    """Makes the client `name` an operator (it may retry any client's notifications)."""
+    Client.objects.filter(name=name).update(is_operator=True)

@@ -1,19 +1,62 @@
-"""Django settings for Notify Queue. Every knob is an environment variable (contract section 2)."""
+"""Django settings for Notify Queue. Every knob is an environment variable (contract section 2).
+
+Production needs DATABASE_URL and DJANGO_SECRET_KEY; without them the process stops with a
+message saying so. Only the development switch NOTIFYQUEUE_DEV_EMBEDDED_DB=1, which
+`python3 dev.py` and the tests set, allows neither: it starts the embedded PostgreSQL under
+`.notifyqueue/` when DATABASE_URL is unset, uses a development secret key and relaxes the
+HTTPS-only settings (cookies, redirect, HSTS) for plain http://127.0.0.1.
+"""
 
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
-from notifyqueue.embedded_db import database_url
+from notifyqueue import embedded_db
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 STATE_DIR = BASE_DIR / ".notifyqueue"
 
 env = environ.Env()
 
-SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-only-insecure-key-change-me")
+DEV_EMBEDDED_DB = env.bool("NOTIFYQUEUE_DEV_EMBEDDED_DB", default=False)
+DATABASE_URL = env.str("DATABASE_URL", default="")
+if not DATABASE_URL:
+    if not DEV_EMBEDDED_DB:
+        raise ImproperlyConfigured(
+            "DATABASE_URL is not set. Set it to your PostgreSQL, e.g. "
+            "DATABASE_URL=postgresql://notifyqueue:secret@db.internal:5432/notifyqueue. "
+            "For development, `python3 dev.py serve` and `python3 dev.py test` start an embedded "
+            "PostgreSQL and set it for you (NOTIFYQUEUE_DEV_EMBEDDED_DB=1 lets any process "
+            "start that one)."
+        )
+    DATABASE_URL = embedded_db.database_url(STATE_DIR)
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not (DEV_EMBEDDED_DB or DEBUG):
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. Set it to a long random string (e.g. the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`). Only development "
+            "(`python3 dev.py ...`, or NOTIFYQUEUE_DEV_EMBEDDED_DB=1) runs without one."
+        )
+    SECRET_KEY = "dev-only-insecure-key-change-me"
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+
+# HTTPS-only by default; development serves plain http on loopback. /status and /metrics are
+# exempt from the redirect so health checks and scrapers inside the network can use http.
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=not DEV_EMBEDDED_DB)
+SECURE_REDIRECT_EXEMPT = [r"^status$", r"^metrics$"]
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=not DEV_EMBEDDED_DB)
+CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=not DEV_EMBEDDED_DB)
+SECURE_HSTS_SECONDS = env.int(
+    "DJANGO_SECURE_HSTS_SECONDS", default=0 if DEV_EMBEDDED_DB else 365 * 24 * 3600
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=True)
+# Behind a proxy that terminates TLS and sets X-Forwarded-Proto (set it only then).
+if env.bool("DJANGO_TRUST_X_FORWARDED_PROTO", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -25,6 +68,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework_api_key",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_prometheus",
     "clients",
     "notifications",
@@ -40,6 +84,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's CSS, Swagger UI, ReDoc) from STATIC_ROOT, under gunicorn too.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     # /api/ only: NUL in path, query or headers -> 400; Content-Length over the cap -> 413.
     "notifyqueue.middleware.ApiRequestGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -71,11 +117,10 @@ TEMPLATES = [
     },
 ]
 
-if env.str("DATABASE_URL", default=""):
-    DATABASES = {"default": env.db("DATABASE_URL")}
-else:
-    DATABASES = {"default": env.db_url_config(database_url(STATE_DIR))}
-    # The embedded server listens on a Unix socket; name it as HOST so psql and tools find it.
+DATABASES = {"default": env.db_url_config(DATABASE_URL)}
+# A Unix-socket URL (`?host=/path`, as the embedded server's) lands in OPTIONS; name it as HOST
+# so tools and tests that build URLs from the settings find it.
+if "host" in DATABASES["default"].get("OPTIONS", {}):
     DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
 # django-prometheus' wrapper of Django's PostgreSQL backend (psycopg 3): query, error and
 # connection counters by alias on /metrics. Same SQL, same connections.
@@ -95,7 +140,11 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = STATE_DIR / "static"
+# `manage.py collectstatic` copies here; WhiteNoise serves it (dev.py serve collects for you).
+STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=STATE_DIR / "static")
+# Development serves the apps' static folders directly (no collectstatic step).
+WHITENOISE_USE_FINDERS = DEV_EMBEDDED_DB
+WHITENOISE_AUTOREFRESH = DEV_EMBEDDED_DB
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["clients.authentication.ApiKeyAuthentication"],
@@ -127,6 +176,10 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "notifyqueue.openapi.postprocess_common_responses",
     ],
+    # Swagger UI and ReDoc from drf-spectacular-sidecar's static files: no CDN, work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 EMAIL_CONFIG = env.email_url("EMAIL_URL", default="consolemail://")

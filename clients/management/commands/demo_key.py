@@ -1,18 +1,45 @@
-"""`manage.py demo_key NAME`: a fresh API key for a development client, created if missing."""
+"""`manage.py demo_key NAME [--operator] [--key-file PATH]`: the development client's API key.
+
+Used by `python3 dev.py serve`. Creates the client if it is missing. With --key-file the key
+stored there is reused for as long as it still authenticates as that client, so every run
+prints the same key; otherwise (or without the file) a new key is issued and stored.
+"""
+
+from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from clients.repositories import client_create, client_key_issue
+from clients.repositories import (
+    client_create,
+    client_key_authenticates,
+    client_key_issue,
+    client_operator_grant,
+)
 
 
 class Command(BaseCommand):
-    help = "Prints a new API key for the named client, creating the client first if needed."
+    help = "Prints an API key for the named development client, creating it if needed."
 
     def add_arguments(self, parser):
         parser.add_argument("name")
-
-    def handle(self, *args, name, **options):
-        issued = client_key_issue(name=name) or client_create(
-            name=name, webhook_url="", is_operator=False
+        parser.add_argument(
+            "--operator", action="store_true", help="make the client an operator (may retry)"
         )
-        self.stdout.write(issued.api_key)
+        parser.add_argument("--key-file", type=Path, help="reuse the key stored here, or store it")
+
+    def handle(self, *args, name, operator, key_file, **options):
+        stored = key_file.read_text().strip() if key_file and key_file.exists() else ""
+        if stored and client_key_authenticates(name=name, api_key=stored):
+            key = stored
+        else:
+            issued = client_key_issue(name=name) or client_create(
+                name=name, webhook_url="", is_operator=operator
+            )
+            key = issued.api_key
+            if key_file:
+                key_file.parent.mkdir(parents=True, exist_ok=True)
+                key_file.touch(mode=0o600)
+                key_file.write_text(key + "\n")
+        if operator:
+            client_operator_grant(name=name)
+        self.stdout.write(key)

@@ -1,0 +1,23 @@
+"""`manage.py` and the `notifyqueue` console script: Django's command line for this project.
+
+A missing production setting (DATABASE_URL, DJANGO_SECRET_KEY) ends the command with its
+message and exit status 1, not a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "notifyqueue.settings")
+    from django.core.exceptions import ImproperlyConfigured
+    from django.core.management import execute_from_command_line
+
+    argv = argv if argv is not None else sys.argv
+    try:
+        execute_from_command_line(argv)
+    except ImproperlyConfigured as exc:
+        print(f"{os.path.basename(argv[0])}: {exc}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,37 @@
+"""gunicorn settings for the API: `gunicorn -c notifyqueue/gunicorn.conf.py [--workers N]`.
+
+/metrics must report the whole API, not whichever worker process answers the scrape. So every
+process writes its counters into PROMETHEUS_MULTIPROC_DIR (prometheus_client's multi-process
+mode) and any one of them serves the sum (monitoring/views.py). This file
+
+- uses PROMETHEUS_MULTIPROC_DIR when it is set (it must be empty when gunicorn starts; workers
+  of `manage.py run_worker` on the same host may share it), else creates a fresh directory for
+  this run and removes it at exit;
+- tells prometheus_client when a worker process exits (`child_exit`), as django-prometheus and
+  prometheus_client document, so its live gauges are dropped.
+
+The variable is set here, before any worker imports prometheus_client (its value store is
+chosen at import), and the hook imports prometheus_client only when it runs.
+"""
+
+import os
+import shutil
+import tempfile
+
+wsgi_app = "notifyqueue.wsgi:application"
+
+_metrics_dir_made_here = None
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    _metrics_dir_made_here = tempfile.mkdtemp(prefix="notifyqueue-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir_made_here
+
+
+def child_exit(server, worker):
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    if _metrics_dir_made_here:
+        shutil.rmtree(_metrics_dir_made_here, ignore_errors=True)
