@@ -21,6 +21,11 @@ class Client(models.Model):
     is_operator = models.BooleanField(
         default=False, help_text="Operators see every client's notifications and may retry them."
     )
+    may_send_critical = models.BooleanField(
+        default=False,
+        help_text="May create CRITICAL notifications, which go before every other client's "
+        "and are never rate-limited. Off for new clients.",
+    )
     webhook_url = models.URLField(
         max_length=2000, blank=True, default="", validators=[webhook_url_validate]
     )

@@ -28,12 +28,17 @@ class NewClient:
     webhook_secret: str
 
 
-def client_create(*, name: str, webhook_url: str, is_operator: bool) -> NewClient:
+def client_create(
+    *, name: str, webhook_url: str, is_operator: bool, may_send_critical: bool = False
+) -> NewClient:
     """Creates a client with one API key; the plain key exists only in the return value."""
     try:
         with transaction.atomic():
             client = Client.objects.create(
-                name=name, webhook_url=webhook_url, is_operator=is_operator
+                name=name,
+                webhook_url=webhook_url,
+                is_operator=is_operator,
+                may_send_critical=may_send_critical,
             )
             _, key = ClientAPIKey.objects.create_key(name=f"{name} key", client=client)
     except IntegrityError as exc:
@@ -48,6 +53,15 @@ def client_key_issue(*, name: str) -> NewClient | None:
         return None
     _, key = ClientAPIKey.objects.create_key(name=f"{name} key", client=client)
     return NewClient(name=client.name, api_key=key, webhook_secret=client.webhook_secret)
+
+
+def client_for_api_key(key: str) -> Client | None:
+    """The client whose usable (not revoked, not expired) key this is, or None."""
+    try:
+        api_key = ClientAPIKey.objects.get_from_key(key)
+    except ClientAPIKey.DoesNotExist:
+        return None
+    return None if api_key.has_expired else api_key.client
 
 
 @dataclass(frozen=True)

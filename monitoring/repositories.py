@@ -10,6 +10,7 @@ Invariants protected here:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -24,8 +25,17 @@ from notifyqueue.sqlfile import queries_load
 SQL = queries_load(Path(__file__).with_name("sql") / "health.sql")
 
 
+log = logging.getLogger("notifyqueue.monitoring")
+
+
 class DatabaseUnavailable(Exception):
-    """PostgreSQL could not be reached or answered with an error."""
+    """PostgreSQL could not be reached or answered with an error. Its text is the error's
+    class only: the driver's message (hosts, users, database names) goes to the log."""
+
+
+def _unavailable(exc: DatabaseError) -> DatabaseUnavailable:
+    log.warning("health check database error error=%s", str(exc).strip().replace("\n", " "))
+    return DatabaseUnavailable(type(exc).__name__)
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,7 @@ class HealthRepository:
             executor = MigrationExecutor(self.connection)
             plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
         except DatabaseError as exc:
-            raise DatabaseUnavailable(str(exc).strip()) from exc
+            raise _unavailable(exc) from exc
         pending = [f"{migration.app_label}.{migration.name}" for migration, _ in plan]
         if not pending:
             HealthRepository._migrations_applied = True
@@ -115,7 +125,7 @@ class HealthRepository:
                 cursor.execute(SQL[name], params)
                 return cursor.fetchall()
         except DatabaseError as exc:
-            raise DatabaseUnavailable(str(exc).strip()) from exc
+            raise _unavailable(exc) from exc
 
 
 def _seconds_since(moment: datetime | None, now: datetime) -> float:

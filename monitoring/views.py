@@ -1,5 +1,11 @@
-"""`GET /status` (no authentication) and `GET /metrics` (Prometheus text; see
-NOTIFYQUEUE_METRICS_PUBLIC and NOTIFYQUEUE_METRICS_TOKEN)."""
+"""`GET /status` and `GET /metrics` (Prometheus text; see NOTIFYQUEUE_METRICS_PUBLIC and
+NOTIFYQUEUE_METRICS_TOKEN).
+
+`/status` tells anyone only healthy or not (200 `{"status": "ok"}`, 503 `{"status":
+"degraded"}`): enough for a load balancer, nothing for a prober. The details (reasons, queue
+depths, workers, circuits) need an operator client's key (`Authorization: Api-Key <key>`) or
+the metrics token (`Authorization: Bearer <token>`).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,15 @@ import os
 
 import prometheus_client
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import multiprocess
 
+from clients.authentication import KEYWORD as API_KEY_KEYWORD
+from clients.repositories import client_for_api_key
 from monitoring.metrics import queue_registry_build
 from monitoring.repositories import HealthRepository
 from monitoring.services import status_report, status_thresholds_from_settings
@@ -27,7 +36,28 @@ def status_view(request: HttpRequest) -> JsonResponse:
     report = status_report(
         source=HealthRepository(), now=timezone.now(), thresholds=status_thresholds_from_settings()
     )
-    return JsonResponse(report.body, status=200 if report.healthy else 503)
+    body = report.body if _status_details_allowed(request) else {"status": report.body["status"]}
+    return JsonResponse(body, status=200 if report.healthy else 503)
+
+
+def _status_details_allowed(request: HttpRequest) -> bool:
+    if _bearer_token_matches(request):
+        return True
+    keyword, _, key = request.headers.get("Authorization", "").partition(" ")
+    if keyword != API_KEY_KEYWORD or not key.strip():
+        return False
+    try:
+        client = client_for_api_key(key.strip())
+    except DatabaseError:
+        # No database, no way to check the key: the answer stays the anonymous one.
+        return False
+    return client is not None and client.is_operator
+
+
+def _bearer_token_matches(request: HttpRequest) -> bool:
+    token = settings.NOTIFYQUEUE_METRICS_TOKEN
+    given = request.headers.get("Authorization", "")
+    return bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
 
 
 @never_cache
@@ -53,8 +83,4 @@ def _process_registry():
 
 
 def _metrics_allowed(request: HttpRequest) -> bool:
-    if settings.NOTIFYQUEUE_METRICS_PUBLIC:
-        return True
-    token = settings.NOTIFYQUEUE_METRICS_TOKEN
-    given = request.headers.get("Authorization", "")
-    return bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+    return settings.NOTIFYQUEUE_METRICS_PUBLIC or _bearer_token_matches(request)

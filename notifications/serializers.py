@@ -411,7 +411,7 @@ class ErrorOutput(serializers.Serializer):
 
 
 class BatchResultOutput(serializers.Serializer):
-    status = serializers.ChoiceField(choices=[200, 201, 400, 409, 422])
+    status = serializers.ChoiceField(choices=[200, 201, 400, 403, 409, 422])
     notification = NotificationOutput(required=False)
     error = ErrorDetail(required=False)
 

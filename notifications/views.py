@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from clients.permissions import IsOperator
 from notifications import services
+from notifications.models import Priority
 from notifications.serializers import (
     BatchInput,
     BatchItemInput,
@@ -90,6 +91,28 @@ ERROR_NOT_FOUND = OpenApiResponse(
 ERROR_NOT_OPERATOR = OpenApiResponse(ErrorOutput, description="Not an operator client.")
 
 
+class CriticalNotAllowed(InvalidRequest):
+    """CRITICAL from a client without the permission. An InvalidRequest so that a batch item
+    carries it like any other refused item; the answer is 403, not 400."""
+
+    code = "critical_not_allowed"
+    http_status = status.HTTP_403_FORBIDDEN
+
+    def __init__(self) -> None:
+        message = (
+            "Your client may not send CRITICAL notifications; an operator can allow it "
+            "(admin, or create_client --critical)."
+        )
+        super().__init__(message, fields={"priority": [message]})
+
+
+def _priority_allowed(client, priority: Priority | None) -> None:
+    """Raises CriticalNotAllowed for CRITICAL from a client without the permission:
+    CRITICAL goes before every other client's work and skips the rate limit."""
+    if priority == Priority.CRITICAL and not getattr(client, "may_send_critical", False):
+        raise CriticalNotAllowed()
+
+
 def _notification_id(raw: str) -> uuid.UUID:
     """The path's id; anything that is not a UUID cannot name a notification, so 404."""
     try:
@@ -124,6 +147,9 @@ class NotificationCollectionView(APIView):
             ),
             400: OpenApiResponse(ErrorOutput, description="Invalid; nothing was created."),
             401: ERROR_UNAUTHENTICATED,
+            403: OpenApiResponse(
+                ErrorOutput, description="CRITICAL, and your client may not send it."
+            ),
             409: OpenApiResponse(ErrorOutput, description="The key was used for another request."),
             422: OpenApiResponse(
                 ErrorOutput,
@@ -198,6 +224,7 @@ class NotificationCollectionView(APIView):
             )
         payload = NotificationCreateInput(data=request.data)
         payload.is_valid(raise_exception=True)
+        _priority_allowed(request.user, payload.validated_data.get("priority"))
         result = services.notification_create(
             client_id=request.user.id,
             idempotency_key=key,
@@ -480,7 +507,7 @@ class NotificationBatchView(APIView):
         envelope.is_valid(raise_exception=True)
         outcomes = services.notification_batch_create(
             client_id=request.user.id,
-            items=_batch_items(envelope.validated_data["notifications"]),
+            items=_batch_items(envelope.validated_data["notifications"], client=request.user),
             renderer=NotificationContent(),
         )
         return Response({"results": _batch_results(outcomes)})
@@ -491,7 +518,7 @@ class NotificationBatchView(APIView):
 # 1,000-item batches put 65 % of the time there; docs/performance.md).
 
 
-def _batch_items(raw_items: list) -> list[services.BatchItem | InvalidRequest]:
+def _batch_items(raw_items: list, *, client) -> list[services.BatchItem | InvalidRequest]:
     validator = BatchItemInput()
     items: list[services.BatchItem | InvalidRequest] = []
     for raw in raw_items:
@@ -501,6 +528,11 @@ def _batch_items(raw_items: list) -> list[services.BatchItem | InvalidRequest]:
             validator._validated_data = validator.run_validation(raw)
         except serializers.ValidationError as exc:
             items.append(_invalid(serializers.as_serializer_error(exc)))
+            continue
+        try:
+            _priority_allowed(client, validator.validated_data.get("priority"))
+        except CriticalNotAllowed as refused:
+            items.append(refused)
             continue
         items.append(
             services.BatchItem(

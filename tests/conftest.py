@@ -14,8 +14,19 @@ from tests.clock import DbClock
 def make_client(db):
     """Creates an API client; returns (Client, plain api key)."""
 
-    def make(name: str = "acme", *, is_operator: bool = False, webhook_url: str = ""):
-        client = Client.objects.create(name=name, is_operator=is_operator, webhook_url=webhook_url)
+    def make(
+        name: str = "acme",
+        *,
+        is_operator: bool = False,
+        webhook_url: str = "",
+        may_send_critical: bool = False,
+    ):
+        client = Client.objects.create(
+            name=name,
+            is_operator=is_operator,
+            webhook_url=webhook_url,
+            may_send_critical=may_send_critical,
+        )
         _, key = ClientAPIKey.objects.create_key(name=f"{name} key", client=client)
         return client, key
 

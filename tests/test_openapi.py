@@ -14,7 +14,17 @@ def test_schema_lists_every_notification_endpoint_with_its_answers():
     assert schema["openapi"].startswith("3.")
     paths = schema["paths"]
     expected = {
-        ("/api/v1/notifications", "post"): {"200", "201", "400", "401", "409", "413", "422", "429"},
+        ("/api/v1/notifications", "post"): {
+            "200",
+            "201",
+            "400",
+            "401",
+            "403",
+            "409",
+            "413",
+            "422",
+            "429",
+        },
         ("/api/v1/notifications", "get"): {"200", "400", "401", "429"},
         ("/api/v1/notifications/{notification_id}", "get"): {"200", "400", "401", "404", "429"},
         ("/api/v1/notifications/{notification_id}/cancel", "post"): {

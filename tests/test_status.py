@@ -14,6 +14,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from clients.models import Client, ClientAPIKey
 from delivery.repositories import DeliveryRepository
 from monitoring.repositories import SQL, HealthRepository
 from notifications.models import Priority, Status
@@ -28,7 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def status():
-    response = APIClient().get("/status")
+    """/status as an operator sees it: with the details."""
+    operator = Client.objects.get_or_create(name="status-operator", is_operator=True)[0]
+    _, key = ClientAPIKey.objects.create_key(name="status", client=operator)
+    response = APIClient().get("/status", HTTP_AUTHORIZATION=f"Api-Key {key}")
     return response.status_code, response.json()
 
 
@@ -38,7 +42,26 @@ def heartbeat(worker: str, *, seen_ago_s: float = 0.0) -> None:
     DbClock.restore()
 
 
-def test_an_empty_system_is_healthy_without_authentication():
+def test_anonymous_status_says_healthy_or_not_and_nothing_else(make_client):
+    assert APIClient().get("/status").json() == {"status": "ok"}
+    NotificationFactory(send_at=timezone.now() - timedelta(minutes=5))
+    anonymous = APIClient().get("/status")
+    assert (anonymous.status_code, anonymous.json()) == (503, {"status": "degraded"})
+    _, key = make_client("not-an-operator")
+    plain = APIClient().get("/status", HTTP_AUTHORIZATION=f"Api-Key {key}")
+    assert plain.json() == {"status": "degraded"}
+    wrong = APIClient().get("/status", HTTP_AUTHORIZATION="Api-Key nope.nope")
+    assert wrong.json() == {"status": "degraded"}
+
+
+def test_the_metrics_token_shows_the_details(settings):
+    settings.NOTIFYQUEUE_METRICS_TOKEN = "s3cret"
+    body = APIClient().get("/status", HTTP_AUTHORIZATION="Bearer s3cret").json()
+    assert body["database"] == {"reachable": True}
+    assert APIClient().get("/status", HTTP_AUTHORIZATION="Bearer other").json() == {"status": "ok"}
+
+
+def test_an_empty_system_is_healthy():
     code, body = status()
     assert code == 200
     assert body["status"] == "ok"
@@ -165,18 +188,22 @@ def test_status_queries_read_indexes_not_the_whole_notification_table(query):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_status_with_the_database_unreachable_is_503_and_names_it():
-    """A separate process whose DATABASE_URL points at a port nothing listens on."""
+def test_status_with_the_database_unreachable_is_503_and_names_it_without_its_text():
+    """A separate process whose DATABASE_URL points at a port nothing listens on. Anonymous
+    callers learn only that it is degraded; with the metrics token, the reason names the
+    error's class but never the driver's text (hosts, users, database names)."""
     script = (
         "import django, json; django.setup(); "
         "from django.test import Client; "
-        "r = Client().get('/status'); "
-        "print(json.dumps({'code': r.status_code, 'body': r.json()}))"
+        "a = Client().get('/status'); "
+        "r = Client().get('/status', HTTP_AUTHORIZATION='Bearer t0ken'); "
+        "print(json.dumps({'code': r.status_code, 'body': r.json(), 'anonymous': a.json()}))"
     )
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "notifyqueue.settings",
         "DATABASE_URL": "postgresql://nobody:x@127.0.0.1:9/none?connect_timeout=2",
+        "NOTIFYQUEUE_METRICS_TOKEN": "t0ken",
     }
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -192,6 +219,9 @@ def test_status_with_the_database_unreachable_is_503_and_names_it():
     assert answer["body"]["status"] == "degraded"
     assert answer["body"]["database"]["reachable"] is False
     assert answer["body"]["reasons"][0].startswith("database unreachable")
+    assert answer["anonymous"] == {"status": "degraded"}
+    text = json.dumps(answer["body"])
+    assert "127.0.0.1" not in text and "nobody" not in text and "connection" not in text
 
 
 def test_status_counts_do_not_include_sent_rows():
