@@ -12,8 +12,9 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from clients.models import Client
 from notifications.models import Notification, Status
 from notifyqueue.outbound import OutboundTarget, outbound_post_to
+from tests.clock import DbClock
 from tests.factories import ClientFactory, NotificationFactory
-from tests.webhook_factories import ShiftedDbClock, WebhookEventFactory
+from tests.webhook_factories import WebhookEventFactory
 from tests.webhook_receiver import Reply, WebhookReceiver
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState, WebhookEvent
@@ -28,7 +29,7 @@ from webhooks.services import (
 pytestmark = pytest.mark.django_db
 
 # Longer than any retry wait in these tests (the schedule is set to 1 s steps below).
-PAST_BACKOFF = timedelta(seconds=2)
+PAST_BACKOFF_S = 2
 
 
 @pytest.fixture(autouse=True)
@@ -38,11 +39,6 @@ def webhook_settings(settings):
     settings.NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE = [0, 1]
     settings.NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS = 10
     return settings
-
-
-@pytest.fixture
-def db_clock() -> ShiftedDbClock:
-    return ShiftedDbClock()  # the test's transaction rolls the shift back
 
 
 @pytest.fixture
@@ -67,7 +63,7 @@ def attempts(event: WebhookEvent) -> list[tuple]:
     return list(event.attempts.order_by("number").values_list("number", "outcome", "status_code"))
 
 
-def test_each_final_status_is_posted_once_correctly_signed(receiver, hooked, db_clock):
+def test_each_final_status_is_posted_once_correctly_signed(receiver, hooked):
     statuses = [Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.SUPPRESSED]
     events = {str(event_for(hooked, status=s).id): s for s in statuses}
 
@@ -93,16 +89,15 @@ def test_each_final_status_is_posted_once_correctly_signed(receiver, hooked, db_
         assert event.claim_token is None
         assert attempts(event) == [(1, AttemptOutcome.DELIVERED, 200)]
     # Delivered events are never posted again.
-    db_clock.advance(timedelta(days=1))
+    DbClock().advance(24 * 3600)
     assert webhook_events_deliver_due().claimed == 0
     assert len(receiver.requests) == 4
 
 
-def test_receiver_failing_three_times_gets_the_event_on_the_fourth_attempt(
-    receiver, hooked, db_clock
-):
+def test_receiver_failing_three_times_gets_the_event_on_the_fourth_attempt(receiver, hooked):
     receiver.script(Reply(500), Reply(500), Reply(500), Reply(200))
     event = event_for(hooked)
+    db_clock = DbClock()
     for expected_attempts in (1, 2, 3):
         assert webhook_events_deliver_due().retrying == 1
         event.refresh_from_db()
@@ -110,9 +105,9 @@ def test_receiver_failing_three_times_gets_the_event_on_the_fourth_attempt(
         assert event.delivery_attempts == expected_attempts
         assert event.last_status_code == 500 and "HTTP 500" in event.last_error
         # The schedule's wait, on the database clock: not due again straight away.
-        assert event.next_attempt_at > db_clock.now()
+        assert event.next_attempt_at > db_clock.now
         assert webhook_events_deliver_due().claimed == 0
-        db_clock.advance(PAST_BACKOFF)
+        db_clock.advance(PAST_BACKOFF_S)
     assert webhook_events_deliver_due().delivered == 1
 
     event.refresh_from_db()
@@ -128,7 +123,7 @@ def test_receiver_failing_three_times_gets_the_event_on_the_fourth_attempt(
 
 
 def test_receiver_that_never_answers_2xx_ends_failed_and_the_notification_is_untouched(
-    receiver, hooked, webhook_settings, db_clock
+    receiver, hooked, webhook_settings
 ):
     webhook_settings.NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS = 3
     receiver.default = Reply(503)
@@ -136,9 +131,10 @@ def test_receiver_that_never_answers_2xx_ends_failed_and_the_notification_is_unt
     columns = [f.attname for f in Notification._meta.concrete_fields]
     before = Notification.objects.filter(id=event.notification_id).values(*columns).get()
 
+    db_clock = DbClock()
     for _ in range(6):
         webhook_events_deliver_due()
-        db_clock.advance(PAST_BACKOFF)
+        db_clock.advance(PAST_BACKOFF_S)
 
     event.refresh_from_db()
     assert event.state == DeliveryState.FAILED
@@ -269,11 +265,12 @@ def claim(limit: int = 10):
     return repositories.webhook_events_claim_due(limit=limit, per_client=10, claim_timeout_s=30)
 
 
-def test_result_of_a_sender_whose_claim_was_taken_over_is_dropped(hooked, db_clock):
+def test_result_of_a_sender_whose_claim_was_taken_over_is_dropped(hooked):
     event = event_for(hooked)
+    db_clock = DbClock()
     (stale,) = claim()
 
-    db_clock.advance(timedelta(seconds=31))
+    db_clock.advance(31)
     (reclaimed,) = webhook_events_reclaim_expired()
     assert (reclaimed.id, reclaimed.state) == (event.id, DeliveryState.PENDING)
     (fresh,) = claim()
@@ -296,14 +293,15 @@ def test_result_of_a_sender_whose_claim_was_taken_over_is_dropped(hooked, db_clo
     assert attempts(event) == [(1, AttemptOutcome.ABANDONED, None), (2, None, None)]
 
 
-def test_expired_claim_on_the_last_attempt_fails_the_event(hooked, webhook_settings, db_clock):
+def test_expired_claim_on_the_last_attempt_fails_the_event(hooked, webhook_settings):
     webhook_settings.NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS = 1
     event = event_for(hooked)
+    db_clock = DbClock()
     claim()
 
-    db_clock.advance(timedelta(seconds=29))
+    db_clock.advance(29)
     assert webhook_events_reclaim_expired() == []
-    db_clock.advance(timedelta(seconds=1.5))
+    db_clock.advance(1)
     (reclaimed,) = webhook_events_reclaim_expired()
 
     assert reclaimed.state == DeliveryState.FAILED
@@ -311,27 +309,25 @@ def test_expired_claim_on_the_last_attempt_fails_the_event(hooked, webhook_setti
     assert event.state == DeliveryState.FAILED and "claim expired" in event.last_error
 
 
-def test_rotated_secret_signs_alongside_the_old_one_for_24_hours(receiver, hooked, db_clock):
+def test_rotated_secret_signs_alongside_the_old_one_for_24_hours(receiver, hooked):
+    db_clock = DbClock()
     old = hooked.webhook_secret
-    before = db_clock.now()
     assert client_webhook_secret_rotate(client_id=hooked.id)
-    after = db_clock.now()
     hooked.refresh_from_db()
     new = hooked.webhook_secret
     assert new != old and new.startswith("whsec_")
     assert hooked.previous_webhook_secret == old
-    expires = hooked.previous_webhook_secret_expires_at
-    assert before + timedelta(hours=24) <= expires <= after + timedelta(hours=24)
+    assert hooked.previous_webhook_secret_expires_at == db_clock.now + timedelta(hours=24)
 
     event_for(hooked)
-    db_clock.advance(timedelta(hours=23))
+    db_clock.advance(23 * 3600)
     webhook_events_deliver_due()
     during = receiver.requests[-1]
     Webhook(old).verify(during.body, during.headers)
     Webhook(new).verify(during.body, during.headers)
 
     event_for(hooked)
-    db_clock.advance(timedelta(hours=2))
+    db_clock.advance(2 * 3600)
     webhook_events_deliver_due()
     after = receiver.requests[-1]
     Webhook(new).verify(after.body, after.headers)
