@@ -34,6 +34,8 @@ class Connection:
     sock: socket.socket
     closing: threading.Event
     sent: list[int] = field(default_factory=lambda: [0])
+    request: Request | None = None
+    """The request this connection carried, for scripts that answer by its content."""
 
     def send(self, data: bytes) -> bool:
         """False once the other side has gone."""
@@ -113,6 +115,7 @@ class ScriptedHTTPServer:
             request = self._read_request(sock)
             if request is None:
                 return
+            conn.request = request
             with self._lock:
                 self.requests.append(request)
                 script = self.scripts.pop(0) if self.scripts else self.default

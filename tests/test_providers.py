@@ -434,3 +434,77 @@ def test_content_errors_never_open_the_shared_email_circuit(smtp_server):
     assert isinstance(admission, Allowed) and admission.probe_token is None
     assert isinstance(provider.send(message("bob@example.com")), Accepted)
     assert len(handler.messages) == 1
+
+
+def _provider_by_recipient(conn):
+    """A provider whose every odd answer is chosen by the message's recipient."""
+    recipient = conn.request.json["recipient"]
+    secret = {"error": "stack trace, password hunter2"}
+    behaviour = {
+        "long-id@example.com": answer(200, {"message_id": "L" * 10_000}),
+        "huge-id@example.com": answer(200, {"message_id": "H" * 100_000}),
+        "nul-id@example.com": answer(200, '{"message_id": "a\\u0000b\\ud800"}'),
+        "garbage@example.com": answer(200, b"\xff\xfe\x00\x80 not json"),
+        "array@example.com": answer(200, "[1, 2, 3]"),
+        "redirect@example.com": answer(307, "", {"Location": "http://169.254.169.254/"}),
+        "rejected@example.com": answer(422, secret),
+        "broken@example.com": answer(503, secret),
+        "reset@example.com": lambda c: c.reset(),
+        "hang@example.com": lambda c: c.hang(3),
+        "not-http@example.com": lambda c: c.send(b"SSH-2.0-OpenSSH\r\n\r\n"),
+    }.get(recipient, answer(200, {"message_id": "ok"}))
+    behaviour(conn)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_ends_every_odd_provider_answer_as_sent_failed_or_dead_lettered(raw_server):
+    from delivery.models import DeliveryAttempt
+    from delivery.services import RetryPolicy
+    from notifications.models import Notification
+    from tests.delivery_helpers import simulated_providers, worker_build
+    from tests.factories import ClientFactory, NotificationFactory
+
+    server = raw_server(default=_provider_by_recipient)
+    client = ClientFactory()
+    expected = {
+        "long-id@example.com": ("SENT", "L" * MESSAGE_ID_MAX_CHARS),
+        "huge-id@example.com": ("SENT", None),
+        "nul-id@example.com": ("SENT", "ab"),
+        "garbage@example.com": ("SENT", None),
+        "array@example.com": ("SENT", None),
+        "plain@example.com": ("SENT", "ok"),
+        "rejected@example.com": ("FAILED", None),
+        "redirect@example.com": ("DEAD_LETTERED", None),
+        "broken@example.com": ("DEAD_LETTERED", None),
+        "reset@example.com": ("DEAD_LETTERED", None),
+        "hang@example.com": ("DEAD_LETTERED", None),
+        "not-http@example.com": ("DEAD_LETTERED", None),
+    }
+    for recipient in expected:
+        NotificationFactory(client=client, recipient=recipient, max_attempts=2)
+    providers = {**simulated_providers(), "email": HttpProvider(url=server.url(), timeout_s=0.5)}
+
+    deadline = time.monotonic() + 30
+    while Notification.objects.filter(status__in=["PENDING", "PROCESSING"]).exists():
+        assert time.monotonic() < deadline, "a notification never reached a final state"
+        worker = worker_build(
+            providers=providers, concurrency=4, policy=RetryPolicy(base_s=0.01, max_s=0.02)
+        )
+        worker.run(until_empty=True)
+
+    errors = set()
+    for notification in Notification.objects.all():
+        status, message_id = expected[notification.recipient]
+        attempts = list(DeliveryAttempt.objects.filter(notification=notification))
+        assert notification.status == status, notification.recipient
+        if status == "SENT":
+            assert [a.provider_message_id for a in attempts] == [message_id]
+        errors |= {a.error for a in attempts if a.error} | {notification.last_error}
+    assert errors - {None} == {
+        "http 422",
+        "http 503",
+        "redirect 307 not followed",
+        "connection reset",
+        "timeout",
+        "invalid answer",
+    }
