@@ -31,6 +31,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
@@ -154,56 +155,56 @@ def outbound_target_resolve(url: str, *, allow_private: bool) -> OutboundTarget:
     return OutboundTarget(scheme=scheme, host=host, port=port, address=addresses[0])
 
 
-class _Deadline:
-    """Shuts down the request's sockets once `seconds` have passed.
+class SocketDeadline:
+    """Shuts down every socket it watches once `seconds` have passed since `__enter__`.
 
-    requests' read timeout applies to each socket read, so a server sending one byte every
-    few seconds would never trip it; shutting the socket down wakes the blocked read at once.
+    Socket timeouts apply to each read, so a server sending one byte every few seconds would
+    never trip them; shutting the socket down wakes the blocked read at once, and the caller
+    checks `expired` to tell a deadline from a broken connection. `watch` takes a callable
+    returning the live socket, because TLS replaces the socket a connection started with.
     """
 
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.expired = False
-        self._connections: list[tuple[HTTPConnection, socket.socket]] = []
+        self._sockets: list[Callable[[], socket.socket | None]] = []
         self._lock = threading.Lock()
         self._timer = threading.Timer(seconds, self._expire)
         self._timer.daemon = True
 
-    def __enter__(self) -> _Deadline:
+    def __enter__(self) -> SocketDeadline:
         self._timer.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
         self._timer.cancel()
 
-    def watch(self, conn: HTTPConnection, sock: socket.socket) -> None:
+    def watch(self, live_socket: Callable[[], socket.socket | None]) -> None:
         with self._lock:
-            self._connections.append((conn, sock))
+            self._sockets.append(live_socket)
             expired = self.expired
         if expired:
-            self._shutdown(conn, sock)
+            self._shutdown(live_socket)
 
     def _expire(self) -> None:
         with self._lock:
             self.expired = True
-            connections = list(self._connections)
-        for conn, sock in connections:
-            self._shutdown(conn, sock)
+            sockets = list(self._sockets)
+        for live_socket in sockets:
+            self._shutdown(live_socket)
 
     @staticmethod
-    def _shutdown(conn: HTTPConnection, sock: socket.socket) -> None:
-        # After TLS wraps it, `sock` is detached and conn.sock is the live socket.
-        for candidate in (conn.sock, sock):
-            if candidate is not None and candidate.fileno() != -1:
-                with contextlib.suppress(OSError):
-                    candidate.shutdown(socket.SHUT_RDWR)
-                return
+    def _shutdown(live_socket: Callable[[], socket.socket | None]) -> None:
+        sock = live_socket()
+        if sock is not None and sock.fileno() != -1:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Pin:
     """Where the request's connections go: the checked address, under the deadline's watch."""
 
-    def __init__(self, address: str, deadline: _Deadline):
+    def __init__(self, address: str, deadline: SocketDeadline):
         self.address = address
         self.deadline = deadline
 
@@ -223,7 +224,8 @@ class _Pin:
             raise NewConnectionError(
                 conn, f"Failed to connect to {conn.host} ({self.address}): {exc}"
             ) from exc
-        self.deadline.watch(conn, sock)
+        # After TLS wraps it, `sock` is detached and conn.sock is the live socket.
+        self.deadline.watch(lambda: conn.sock or sock)
         return sock
 
 
@@ -362,7 +364,7 @@ def outbound_post_to(
     """
     started = time.monotonic()
     limit = max(0, min(max_body_bytes, MAX_BODY_BYTES))
-    with _Deadline(timeout_s) as deadline, requests.Session() as session:
+    with SocketDeadline(timeout_s) as deadline, requests.Session() as session:
         session.trust_env = False  # no proxies, .netrc or CA bundles from the environment
         adapter = _PinnedAdapter(_Pin(target.address, deadline))
         session.mount("http://", adapter)

@@ -508,3 +508,36 @@ def test_worker_ends_every_odd_provider_answer_as_sent_failed_or_dead_lettered(r
         "timeout",
         "invalid answer",
     }
+
+
+def test_smtp_provider_server_dripping_its_replies_is_cut_off_at_the_total_deadline(settings):
+    # One byte of a long multi-line greeting every 0.1 s: each read is quick, so only a total
+    # deadline ends the call.
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip():
+        conn, _ = listener.accept()
+        with conn:
+            for byte in b"220-" + b"slow " * 200:
+                if stop.wait(0.1):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    threading.Thread(target=drip, daemon=True).start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", listener.getsockname()[1]
+    settings.EMAIL_USE_TLS = False
+    try:
+        started = time.monotonic()
+        result = SmtpProvider(timeout_s=0.5).send(message())
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        listener.close()
+
+    assert result == TemporaryFailure("smtp timeout")
+    assert elapsed < 0.5 + 0.5

@@ -13,14 +13,22 @@ What counts as whose fault (the circuit breaker counts only TemporaryFailure):
 
 Errors are short classes and SMTP codes ("smtp 451", "content error: bad header"): clients
 read them in `last_error`, so the server's own text never reaches them.
+
+With Django's SMTP backend, one call has one total deadline, NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS
+from the greeting to the last reply (a server dripping its replies is cut off, as the http
+provider's is); the TCP connect itself, and an SMTPS handshake, are bounded by the same
+timeout as a socket timeout.
 """
 
 from __future__ import annotations
 
+import functools
 import smtplib
 
 from django.conf import settings
 from django.core.mail import BadHeaderError, EmailMessage, get_connection
+from django.core.mail.backends.smtp import EmailBackend as SMTPEmailBackend
+from django.utils.module_loading import import_string
 
 from delivery.providers.base import (
     Accepted,
@@ -29,7 +37,42 @@ from delivery.providers.base import (
     ProviderResult,
     TemporaryFailure,
 )
-from notifyqueue.outbound import failure_class
+from notifyqueue.outbound import SocketDeadline, failure_class
+
+
+class _WatchedSocket:
+    """Puts the SMTP connection's socket under a SocketDeadline as soon as it exists."""
+
+    def __init__(self, *args, deadline: SocketDeadline, **kwargs):
+        self._deadline = deadline  # before super().__init__, which connects
+        super().__init__(*args, **kwargs)
+
+    def _get_socket(self, host, port, timeout):
+        sock = super()._get_socket(host, port, timeout)
+        # STARTTLS replaces self.sock with the wrapped socket; watch whichever is live.
+        self._deadline.watch(lambda: getattr(self, "sock", None) or sock)
+        return sock
+
+
+class _WatchedSMTP(_WatchedSocket, smtplib.SMTP):
+    pass
+
+
+class _WatchedSMTPSSL(_WatchedSocket, smtplib.SMTP_SSL):
+    pass
+
+
+class _DeadlineEmailBackend(SMTPEmailBackend):
+    """Django's SMTP backend, with every connection it opens watched by `deadline`."""
+
+    def __init__(self, *, deadline: SocketDeadline, **kwargs):
+        super().__init__(**kwargs)
+        self.deadline = deadline
+
+    @property
+    def connection_class(self):
+        cls = _WatchedSMTPSSL if self.use_ssl else _WatchedSMTP
+        return functools.partial(cls, deadline=self.deadline)
 
 
 def _content_error(exc: ValueError) -> PermanentFailure:
@@ -53,6 +96,19 @@ class SmtpProvider:
         return f"<{message.notification_id}.{message.channel}@{self.domain}>"
 
     def send(self, message: Message) -> ProviderResult:
+        with SocketDeadline(self.timeout_s) as deadline:
+            result = self._send(message, deadline)
+        if deadline.expired and isinstance(result, TemporaryFailure):
+            return TemporaryFailure("smtp timeout")
+        return result
+
+    def _connection(self, deadline: SocketDeadline):
+        if import_string(settings.EMAIL_BACKEND) is SMTPEmailBackend:
+            return _DeadlineEmailBackend(deadline=deadline, timeout=self.timeout_s)
+        # Console, locmem, file or a custom backend: as configured.
+        return get_connection(timeout=self.timeout_s)
+
+    def _send(self, message: Message, deadline: SocketDeadline) -> ProviderResult:
         message_id = self.message_id(message)
         email = EmailMessage(
             subject=message.subject,
@@ -60,7 +116,7 @@ class SmtpProvider:
             from_email=settings.DEFAULT_FROM_EMAIL,
             to=[message.recipient],
             headers={"Message-ID": message_id, "X-Idempotency-Key": message.idempotency_key},
-            connection=get_connection(timeout=self.timeout_s),
+            connection=self._connection(deadline),
         )
         try:
             # Builds and encodes the whole message before any connection: a content error is
