@@ -92,7 +92,7 @@ def development_environment() -> Iterator[dict[str, str]]:
     """The environment for every process dev.py starts: the development switch and a database.
 
     Without DATABASE_URL it starts the embedded PostgreSQL, and stops it on the way out if it
-    was not already running.
+    was not already running and nothing else (another dev.py in this checkout) uses it.
     """
     env = {**os.environ, "NOTIFYQUEUE_DEV_EMBEDDED_DB": "1"}
     if env.get("DATABASE_URL"):
@@ -109,7 +109,7 @@ def development_environment() -> Iterator[dict[str, str]]:
         if not was_running:
             # Ctrl-C twice must not leave the server half-stopped.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            embedded_db("stop", stdout=subprocess.DEVNULL)
+            embedded_db("stop-if-idle", stdout=subprocess.DEVNULL)
 
 
 def embedded_db(action: str, **kwargs) -> subprocess.CompletedProcess:

@@ -17,6 +17,7 @@ on PATH. This module must not import Django: settings call it before Django is c
 
     python -m notifyqueue.embedded_db start    # start (or attach); prints the DATABASE_URL
     python -m notifyqueue.embedded_db stop     # stop it if it runs
+    python -m notifyqueue.embedded_db stop-if-idle   # ... and no client is connected
     python -m notifyqueue.embedded_db status   # the URL if it runs; exit 1 if not
 """
 
@@ -71,11 +72,17 @@ def is_running(state_dir: Path = STATE_DIR) -> bool:
     return any(_postmaster_alive(pgdata) for pgdata in _data_dirs(state_dir))
 
 
-def stop(state_dir: Path = STATE_DIR) -> list[Path]:
-    """Stops every embedded server under state_dir that runs; returns their data folders."""
+def stop(state_dir: Path = STATE_DIR, *, only_if_idle: bool = False) -> list[Path]:
+    """Stops every embedded server under state_dir that runs; returns their data folders.
+
+    only_if_idle: leave a server alone while any client is connected to it (another dev.py
+    run in the same checkout is still using it).
+    """
     stopped = []
     for pgdata in _data_dirs(state_dir):
         if not _postmaster_alive(pgdata):
+            continue
+        if only_if_idle and _clients_connected(pgdata):
             continue
         if pgdata.name == "pgdata":
             _PgserverServer.pg_ctl_stop(pgdata)
@@ -83,6 +90,20 @@ def stop(state_dir: Path = STATE_DIR) -> list[Path]:
             _PathBinariesServer(pgdata).pg_ctl("-m", "fast", "-w", "stop")
         stopped.append(pgdata)
     return stopped
+
+
+def _clients_connected(pgdata: Path) -> int:
+    import psycopg
+
+    # postmaster.pid: pid, data folder, start time, port, socket folder, ...
+    lines = (pgdata / "postmaster.pid").read_text().split("\n")
+    with psycopg.connect(
+        host=lines[4], port=lines[3], user="postgres", dbname="postgres", autocommit=True
+    ) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        ).fetchone()[0]
 
 
 def _data_dirs(state_dir: Path) -> list[Path]:
@@ -257,8 +278,8 @@ def main(argv: list[str]) -> int:
             print(exc, file=sys.stderr)
             return 1
         return 0
-    if command == "stop":
-        for pgdata in stop():
+    if command in {"stop", "stop-if-idle"}:
+        for pgdata in stop(only_if_idle=command == "stop-if-idle"):
             print(f"stopped the embedded PostgreSQL in {pgdata}")
         return 0
     if command == "status":

@@ -6,12 +6,14 @@ Each serve test runs the real dev.py (gunicorn and a worker) against the test da
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -61,7 +63,9 @@ def test_a_busy_port_is_an_error_before_anything_claims_to_run(database_url, tmp
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_sigterm_stops_the_api_and_the_worker(database_url, tmp_path):
+def test_serve_shows_worker_metrics_and_sigterm_stops_the_api_and_the_worker(
+    database_url, tmp_path
+):
     port = free_port()
     process = serve(port, database_url, tmp_path)
     lines = []
@@ -80,8 +84,10 @@ def test_sigterm_stops_the_api_and_the_worker(database_url, tmp_path):
             for part in child.cmdline()
             if part in {"gunicorn", "run_worker"}
         }
-        with socket.create_connection(("127.0.0.1", port), timeout=5):
-            pass
+        # The worker's delivery counters show on the API's /metrics (one shared metrics folder).
+        key = (tmp_path / "demo-api-key").read_text().strip()
+        notification_create(port, key)
+        assert metrics_wait_for(port, 'notifyqueue_notifications_finished_total{channel="email"')
 
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
@@ -94,6 +100,33 @@ def test_sigterm_stops_the_api_and_the_worker(database_url, tmp_path):
     assert alive == []
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
+
+
+def notification_create(port: int, key: str) -> None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v1/notifications",
+        data=json.dumps(
+            {"channel": "email", "recipient": "ada@example.com", "body": "hi"}
+        ).encode(),
+        headers={
+            "Authorization": f"Api-Key {key}",
+            "Idempotency-Key": "serve-1",
+            "Content-Type": "application/json",
+        },
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 201
+
+
+def metrics_wait_for(port: int, series: str, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            if series in response.read().decode():
+                return True
+        time.sleep(0.2)
+    return False
 
 
 @pytest.mark.django_db
