@@ -157,7 +157,8 @@ class NotificationCollectionView(APIView):
             ),
             429: OpenApiResponse(
                 ErrorOutput,
-                description="Your PENDING backlog is over its limit; see Retry-After.",
+                description="Your PENDING backlog is over its limit, or your client made too "
+                "many requests in this window; see Retry-After.",
             ),
         },
         examples=[
@@ -464,7 +465,9 @@ class NotificationBatchView(APIView):
             200: BatchOutput,
             400: OpenApiResponse(ErrorOutput, description="Not a list of 1 to 1,000 items."),
             401: ERROR_UNAUTHENTICATED,
-            429: OpenApiResponse(ErrorOutput, description="Backlog over its limit."),
+            429: OpenApiResponse(
+                ErrorOutput, description="Backlog over its limit, or too many requests."
+            ),
         },
         examples=[
             OpenApiExample(

@@ -3,8 +3,9 @@
 Views document their own answers (201, 409, 422...). Some answers come from layers every
 request passes through, so each operation gets them here unless it describes them itself:
 400 (a NUL in the path, query or a header is refused before any view), 401 (no or a wrong
-key), 404 (an id in the path that names nothing of yours), 413 (a body over the size cap) and
-429 (the per-client request throttle). A drf-spectacular postprocessing hook.
+key), 404 (an id in the path that names nothing of yours), 406 (an Accept header without
+JSON), 413 (a body over the size cap), 415 (a body that is not JSON) and 429 (the per-client
+request throttle). A drf-spectacular postprocessing hook.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def common_error_responses(operation: dict[str, Any], path: str) -> dict[str, di
         "400": _error(
             "Invalid request; also a NUL character in the path, the query string or a header."
         ),
+        "406": _error("The Accept header does not allow application/json."),
         "429": _error(
             "Too many requests from your client in this window (or, on creates, your "
             "PENDING backlog is over its limit).",
@@ -49,6 +51,7 @@ def common_error_responses(operation: dict[str, Any], path: str) -> dict[str, di
         answers["404"] = _error("Nothing of yours has this id or name.")
     if "requestBody" in operation:
         answers["413"] = _error("The request body is over the size limit.")
+        answers["415"] = _error("The body is not application/json.")
     return answers
 
 

@@ -245,3 +245,10 @@ def test_user_ids_in_paths_are_bounded(http):
 def test_list_cursor_is_bounded(http):
     error = error_of(http.get(URL, {"cursor": "c" * 2000}), 400)
     assert "cursor" in error["fields"]
+
+
+def test_a_body_that_is_not_json_is_a_415_and_an_accept_without_json_a_406(http):
+    error_of(
+        http.generic("POST", URL, "a=b", content_type="text/plain", HTTP_IDEMPOTENCY_KEY="k"), 415
+    )
+    error_of(http.get(URL, HTTP_ACCEPT="text/html"), 406)

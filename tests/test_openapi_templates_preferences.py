@@ -9,10 +9,10 @@ pytestmark = pytest.mark.django_db
 def test_schema_lists_the_templates_preferences_and_inbox_endpoints_with_examples():
     response = APIClient().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     paths = response.json()["paths"]
-    # Every operation can also answer 400 (NUL in a header), 429 (throttle) and, with a path
-    # parameter, 404; one with a body 413 (notifyqueue/openapi.py).
-    READ = {"200", "400", "401", "404", "429"}
-    WRITE = {"200", "201", "400", "401", "404", "413", "429"}
+    # Every operation can also answer 400 (NUL in a header), 406, 429 (throttle) and, with a
+    # path parameter, 404; one with a body 413 and 415 (notifyqueue/openapi.py).
+    READ = {"200", "400", "401", "404", "406", "429"}
+    WRITE = {"200", "201", "400", "401", "404", "406", "413", "415", "429"}
     expected = {
         ("/api/v1/templates/{event}/{channel}", "put"): WRITE,
         ("/api/v1/templates/{event}/{channel}", "get"): READ,
