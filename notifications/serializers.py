@@ -28,7 +28,7 @@ from notifications.services import (
     NotificationRequest,
     idempotency_key_problem,
 )
-from templates.models import EVENT_MAX_LENGTH
+from templates.models import EVENT_MAX_LENGTH, SUBJECT_MAX_LENGTH
 
 # The bounds of every request field (docs/security.md lists them all).
 # 10 years: far enough for any schedule, near enough that the date arithmetic cannot overflow.
@@ -36,8 +36,6 @@ DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600
 # A send_at before this is refused rather than read as "now": far-past years overflow when
 # moved to UTC, and no client means them.
 SEND_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
-# RFC 5322's limit on one header line; an email subject is one line.
-SUBJECT_MAX_LENGTH = 998
 EMAIL_MAX_LENGTH = 320
 SMS_NUMBER = re.compile(r"\+[1-9][0-9]{6,14}")
 PUSH_TOKEN = re.compile(rf"[\x21-\x7e]{{8,{RECIPIENT_MAX_LENGTH}}}")

@@ -13,6 +13,9 @@ from django.db.models import Q
 from notifications.models import Channel
 
 EVENT_MAX_LENGTH = 255
+# RFC 5322's limit on one header line, for every subject: a template's, a rendered one and a
+# direct create's.
+SUBJECT_MAX_LENGTH = 998
 
 
 class MessageTemplate(models.Model):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from notifications.models import Channel
-from notifications.serializers import SUBJECT_MAX_LENGTH, RejectUnknownFieldsMixin
+from notifications.serializers import RejectUnknownFieldsMixin
 from notifications.services import MAX_BODY_BYTES
+from templates.models import SUBJECT_MAX_LENGTH
 from templates.repositories import TemplateRecord
 from templates.services import template_placeholders
 

@@ -8,7 +8,8 @@ Invariants protected here:
 - `{{` and `}}` stand for literal braces; any other brace is a syntax error, refused when the
   template is saved, so every stored template parses;
 - a payload that leaves a slot unfilled is an error naming every missing slot, never a blank;
-- a rendered body is at most 64 KiB of UTF-8 (the same limit as a direct create's body);
+- a rendered body is at most 64 KiB of UTF-8 and a rendered subject at most 998 characters
+  (the same limits as a direct create's);
 - escaping is per channel and only what the channel needs: an email subject becomes a mail
   header, so line breaks coming from the payload become spaces (no header injection); bodies
   are plain text on every channel, and sms, push and in_app take the text as it is.
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 from notifications.models import Channel
 from notifications.services import MAX_BODY_BYTES
 from notifyqueue.errors import InvalidRequest, NotFound
+from templates.models import SUBJECT_MAX_LENGTH
 from templates.repositories import TemplateRecord, TemplateRepository
 
 # `{{`, `}}`, a slot, or a stray brace (the last alternative is the syntax error).
@@ -159,6 +161,12 @@ def template_render(template: TemplateRecord, payload: Mapping[str, Any]) -> Ren
         raise MissingPlaceholders(event=template.event, channel=template.channel, missing=missing)
     subject = _fill(subject_parts, payload, escape=_subject_escape(template.channel))
     body = _fill(body_parts, payload, escape=_unchanged)
+    if len(subject) > SUBJECT_MAX_LENGTH:
+        message = (
+            f"The subject is at most {SUBJECT_MAX_LENGTH} characters after rendering "
+            f"(this one is {len(subject)})."
+        )
+        raise InvalidRequest(f"payload: {message}", fields={"payload": [message]})
     size = len(body.encode("utf-8"))
     if size > MAX_BODY_BYTES:
         message = f"At most {MAX_BODY_BYTES} bytes of UTF-8 after rendering (this one is {size})."

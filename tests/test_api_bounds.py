@@ -252,3 +252,13 @@ def test_a_body_that_is_not_json_is_a_415_and_an_accept_without_json_a_406(http)
         http.generic("POST", URL, "a=b", content_type="text/plain", HTTP_IDEMPOTENCY_KEY="k"), 415
     )
     error_of(http.get(URL, HTTP_ACCEPT="text/html"), 406)
+
+
+def test_a_subject_past_its_bound_after_rendering_is_a_400_naming_the_payload(http):
+    template = {"subject": "Re: {topic}", "body": "Hello"}
+    assert http.put("/api/v1/templates/news/email", template, format="json").status_code == 201
+    body = {"channel": "email", "recipient": "ada@example.com", "template": "news"}
+    ok = create(http, {**body, "payload": {"topic": "t" * 994}}, key="fits")
+    assert ok.status_code == 201, ok.json()
+    error = error_of(create(http, {**body, "payload": {"topic": "t" * 995}}, key="over"), 400)
+    assert "payload" in error["fields"]
