@@ -5,7 +5,9 @@ request passes through, so each operation gets them here unless it describes the
 400 (a NUL in the path, query or a header is refused before any view), 401 (no or a wrong
 key), 404 (an id in the path that names nothing of yours), 406 (an Accept header without
 JSON), 413 (a body over the size cap), 415 (a body that is not JSON) and 429 (the per-client
-request throttle). A drf-spectacular postprocessing hook.
+request throttle). The HTTP server itself (gunicorn) refuses a request line over 4,094 bytes
+with 414 and headers over its limits with 431, before the API sees them, in its own HTML.
+A drf-spectacular postprocessing hook.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ def _error(description: str, *, headers: dict[str, Any] | None = None) -> dict[s
     return answer
 
 
+def _server_refusal(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"text/html": {"schema": {"type": "string"}}}}
+
+
 def common_error_responses(operation: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
     """The answers `operation` at `path` can give whatever its view does."""
     answers = {
@@ -39,6 +45,8 @@ def common_error_responses(operation: dict[str, Any], path: str) -> dict[str, di
             "Invalid request; also a NUL character in the path, the query string or a header."
         ),
         "406": _error("The Accept header does not allow application/json."),
+        "414": _server_refusal("The URL is longer than the HTTP server accepts (gunicorn)."),
+        "431": _server_refusal("The headers are larger than the HTTP server accepts (gunicorn)."),
         "429": _error(
             "Too many requests from your client in this window (or, on creates, your "
             "PENDING backlog is over its limit).",
