@@ -32,7 +32,8 @@ class PayloadTooLarge(exceptions.APIException):
 class BoundedJSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None) -> Any:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        raw = stream.read(limit + 1) if stream is not None else b""
+        # One byte past the cap tells "too large" from "exactly at it" without reading more.
+        raw = stream.read() if limit is None else stream.read(limit + 1)
         if limit is not None and len(raw) > limit:
             raise PayloadTooLarge(limit=limit)
         try:
