@@ -75,3 +75,28 @@ def test_check_deploy_is_clean_with_the_documented_production_variables(database
 
     assert result.returncode == 0, result.stderr
     assert "System check identified no issues" in result.stdout
+
+
+def test_gunicorn_without_database_url_stops_with_the_message():
+    clean = {k: v for k, v in os.environ.items() if k not in DEVELOPMENT_AND_PRODUCTION_VARIABLES}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-c",
+            str(ROOT / "notifyqueue" / "gunicorn.conf.py"),
+            "--bind",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode != 0
+    assert "DATABASE_URL is not set" in result.stderr
