@@ -291,21 +291,22 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
             raise serializers.ValidationError(errors)
         return attrs
 
-    def to_request(self) -> NotificationRequest:
-        data = self.validated_data
-        return NotificationRequest(
-            channel=data.get("channel"),
-            recipient=data.get("recipient"),
-            subject=data.get("subject", ""),
-            body=data.get("body"),
-            priority=data.get("priority", Priority.NORMAL),
-            send_at=data.get("send_at"),
-            delay_seconds=data.get("delay_seconds"),
-            metadata=data.get("metadata", {}),
-            template=data.get("template"),
-            payload=data.get("payload"),
-            user_id=data.get("user_id"),
-        )
+
+def notification_request(data: dict[str, Any]) -> NotificationRequest:
+    """The service input for validated create data (`NotificationCreateInput`)."""
+    return NotificationRequest(
+        channel=data.get("channel"),
+        recipient=data.get("recipient"),
+        subject=data.get("subject", ""),
+        body=data.get("body"),
+        priority=data.get("priority", Priority.NORMAL),
+        send_at=data.get("send_at"),
+        delay_seconds=data.get("delay_seconds"),
+        metadata=data.get("metadata", {}),
+        template=data.get("template"),
+        payload=data.get("payload"),
+        user_id=data.get("user_id"),
+    )
 
 
 def validate_idempotency_key(value: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 from django.utils import timezone
@@ -27,6 +28,7 @@ from notifications.serializers import (
     NotificationListFilters,
     NotificationListOutput,
     NotificationOutput,
+    notification_request,
 )
 from notifyqueue.errors import InvalidRequest, error_body
 from preferences.services import NotificationContent
@@ -223,17 +225,16 @@ class NotificationCollectionView(APIView):
             raise InvalidRequest(
                 f"{IDEMPOTENCY_HEADER}: {problem}", fields={IDEMPOTENCY_HEADER: [problem]}
             )
-        payload = NotificationCreateInput(data=request.data)
-        payload.is_valid(raise_exception=True)
-        _priority_allowed(request.user, payload.validated_data.get("priority"))
+        data = _validated(_SHAPES.create, request.data)
+        _priority_allowed(request.user, data.get("priority"))
         result = services.notification_create(
             client_id=request.user.id,
             idempotency_key=key,
-            request=payload.to_request(),
+            request=notification_request(data),
             renderer=NotificationContent(),
         )
         return Response(
-            NotificationOutput(result.notification).data,
+            _SHAPES.output.to_representation(result.notification),
             status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
         )
 
@@ -516,46 +517,59 @@ class NotificationBatchView(APIView):
         return Response({"results": _batch_results(outcomes)})
 
 
-# Batch items are validated and shown by one serializer instance each: a new DRF serializer
-# deep-copies its declared fields, which cost more than inserting the row (a py-spy profile of
-# 1,000-item batches put 65 % of the time there; docs/performance.md).
+class _Shapes(threading.local):
+    """The create path's serializers, one instance of each per thread, reused: a new DRF
+    serializer deep-copies every declared field, which cost a quarter of a create's CPU and
+    65 % of a 1,000-item batch's (py-spy, docs/performance.md)."""
+
+    def __init__(self) -> None:
+        self.create = NotificationCreateInput()
+        self.batch_item = BatchItemInput()
+        self.output = NotificationOutput()
+
+
+_SHAPES = _Shapes()
+
+
+def _validated(serializer: serializers.Serializer, data) -> dict:
+    """What `serializer(data=data).is_valid(raise_exception=True)` would give, on an instance
+    that is reused."""
+    serializer.initial_data = data
+    try:
+        return serializer.run_validation(data)
+    except serializers.ValidationError as exc:
+        raise serializers.ValidationError(serializers.as_serializer_error(exc)) from exc
 
 
 def _batch_items(raw_items: list, *, client) -> list[services.BatchItem | InvalidRequest]:
-    validator = BatchItemInput()
     items: list[services.BatchItem | InvalidRequest] = []
     for raw in raw_items:
-        # What is_valid() does, without a new instance per item.
-        validator.initial_data = raw
         try:
-            validator._validated_data = validator.run_validation(raw)
+            data = _validated(_SHAPES.batch_item, raw)
         except serializers.ValidationError as exc:
-            items.append(_invalid(serializers.as_serializer_error(exc)))
+            items.append(_invalid(exc.detail))
             continue
         try:
-            _priority_allowed(client, validator.validated_data.get("priority"))
+            _priority_allowed(client, data.get("priority"))
         except CriticalNotAllowed as refused:
             items.append(refused)
             continue
         items.append(
             services.BatchItem(
-                idempotency_key=validator.validated_data["idempotency_key"],
-                request=validator.to_request(),
+                idempotency_key=data["idempotency_key"], request=notification_request(data)
             )
         )
     return items
 
 
 def _batch_results(outcomes: list[services.BatchOutcome]) -> list[dict]:
-    shown = iter(
-        NotificationOutput(
-            [outcome.notification for outcome in outcomes if outcome.error is None], many=True
-        ).data
-    )
+    show = _SHAPES.output.to_representation
     results = []
     for outcome in outcomes:
         if outcome.error is None:
-            results.append({"status": outcome.http_status, "notification": next(shown)})
+            results.append(
+                {"status": outcome.http_status, "notification": show(outcome.notification)}
+            )
         else:
             error = outcome.error
             results.append(
