@@ -10,7 +10,9 @@ Invariants protected here:
 - an operator retry is one conditional UPDATE guarded by the retryable statuses (FAILED,
   DEAD_LETTERED); a bulk retry selects its rows with FOR UPDATE SKIP LOCKED, so two operators
   retrying at once never send the same row back twice;
-- a client-scoped read never returns another client's row.
+- a client-scoped read never returns another client's row;
+- retention deletes only rows that finished before its cutoff (database clock), with every
+  row that refers to them, in short batches that skip rows another transaction holds.
 
 Everything returned is a frozen dataclass or a list of them, never a QuerySet.
 """
@@ -21,7 +23,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,20 @@ class ListPage:
     records: list[NotificationRecord]
     # True when more rows lie beyond this page in the direction it was read.
     has_more: bool
+
+
+@dataclass(frozen=True)
+class PruneStep:
+    """What one retention batch did; `position` is where the next batch starts."""
+
+    scanned: int
+    deleted: int
+    attempts_deleted: int
+    position: ListPosition | None
+
+
+# Where a retention run starts: before any row.
+PRUNE_START = ListPosition(created_at=datetime.min.replace(tzinfo=UTC), id=uuid.UUID(int=0))
 
 
 @dataclass(frozen=True)
@@ -355,6 +371,27 @@ class NotificationRepository:
             cursor.execute(QUERIES["notifications_retryable_count"], params)
             (count,) = cursor.fetchone()
         return count
+
+    def prune_cutoff(self, *, older_than_s: float) -> datetime:
+        """The database clock now, minus `older_than_s`."""
+        with connection.cursor() as cursor:
+            cursor.execute(QUERIES["notifications_prune_cutoff"], {"older_than_s": older_than_s})
+            (cutoff,) = cursor.fetchone()
+        return cutoff
+
+    def prune_batch(self, *, cutoff: datetime, after: ListPosition, scan: int) -> PruneStep:
+        """Deletes finished rows among the next `scan` rows created before `cutoff`."""
+        params = {
+            "cutoff": cutoff,
+            "after_created_at": after.created_at,
+            "after_id": after.id,
+            "scan": scan,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(QUERIES["notifications_prune_batch"], params)
+            scanned, deleted, attempts, last_created_at, last_id = cursor.fetchone()
+        position = None if last_id is None else ListPosition(last_created_at, last_id)
+        return PruneStep(scanned, deleted, attempts, position)
 
     def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int:
         """The client's PENDING rows, counted up to `limit` and no further."""

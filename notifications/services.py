@@ -12,6 +12,8 @@ Invariants protected here:
 - send and due times are decided by the database clock when the row is inserted, never by
   this process's clock;
 - only the owner can cancel, and only a PENDING notification;
+- retention (`notifications_prune_step`) deletes only finished rows, never one still waiting
+  or whose webhook is still being delivered, and never inside a rate-limit window;
 - only FAILED and DEAD_LETTERED notifications can be retried, each retry is one guarded write
   that starts the attempts again at 0 and records who retried it and when; a bulk retry takes
   at most one batch, oldest first, and never sends one row back twice in one round.
@@ -49,6 +51,7 @@ from notifications.repositories import (
     NewNotification,
     NotificationRecord,
     NotificationRepository,
+    PruneStep,
     RetriedRow,
 )
 from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
@@ -72,6 +75,10 @@ RETRYABLE_STATUSES = (Status.FAILED, Status.DEAD_LETTERED)
 # recovered provider does not get the whole dead-letter queue in one burst.
 BULK_RETRY_LIMIT = 1000
 BULK_RETRY_LIMIT_MAX = 10_000
+# Retention: rows scanned per batch. Each batch is one short statement; its locks last only as
+# long as that batch's deletes.
+PRUNE_BATCH = 1000
+PRUNE_BATCH_MAX = 10_000
 
 log = logging.getLogger("notifyqueue.notifications")
 
@@ -205,6 +212,10 @@ class NotificationStore(Protocol):
     def retryable_count(
         self, *, status: str, channel: str | None, retried_before: datetime | None = None
     ) -> int: ...
+
+    def prune_cutoff(self, *, older_than_s: float) -> datetime: ...
+
+    def prune_batch(self, *, cutoff: datetime, after: ListPosition, scan: int) -> PruneStep: ...
 
 
 @dataclass(frozen=True)
@@ -626,6 +637,46 @@ def notifications_retry_bulk(
         status=status, channel=channel, retried_before=retried_before
     )
     return BulkRetryResult(retried=len(retried), remaining=remaining)
+
+
+def notifications_prune_cutoff(
+    *, older_than_s: float, repository: NotificationStore | None = None
+) -> datetime:
+    """The moment before which finished notifications may go: the database clock minus
+    `older_than_s`, which may not be shorter than the rate-limit window (the window counts
+    the records that retention deletes with their notifications)."""
+    repository = repository or NotificationRepository()
+    window_s = settings.NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS
+    if older_than_s < window_s:
+        message = f"At least the rate-limit window ({window_s:g} seconds)."
+        raise InvalidRequest(f"older_than: {message}", fields={"older_than": [message]})
+    return repository.prune_cutoff(older_than_s=older_than_s)
+
+
+def notifications_prune_step(
+    *,
+    cutoff: datetime,
+    after: ListPosition,
+    batch: int = PRUNE_BATCH,
+    repository: NotificationStore | None = None,
+) -> PruneStep:
+    """One retention batch: of the next `batch` notifications created before `cutoff` (after
+    `after`), deletes those that finished before it, with their attempts, webhook events,
+    inbox messages and rate-limit records. Call again from the returned position until it
+    scans nothing."""
+    repository = repository or NotificationRepository()
+    if not 1 <= batch <= PRUNE_BATCH_MAX:
+        message = f"Between 1 and {PRUNE_BATCH_MAX}."
+        raise InvalidRequest(f"batch: {message}", fields={"batch": [message]})
+    step = repository.prune_batch(cutoff=cutoff, after=after, scan=batch)
+    if step.deleted:
+        log.info(
+            "notifications pruned count=%d attempts=%d cutoff=%s",
+            step.deleted,
+            step.attempts_deleted,
+            cutoff.isoformat(),
+        )
+    return step
 
 
 def _log_retried(
