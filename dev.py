@@ -3,6 +3,7 @@
 
     python3 dev.py serve   # API on http://127.0.0.1:8000 (HOST, PORT) plus one worker
     python3 dev.py test    # lint, migration check and the whole test suite (args go to pytest)
+    python3 dev.py bench   # the benchmark beside procrastinate and pgqueuer (--help, --quick)
     python3 dev.py stop    # stop a left-over embedded PostgreSQL
 
 Needs only Python 3.11+ and pip: it creates `.venv/`, installs the project into it, and (when
@@ -52,7 +53,7 @@ def main(argv: list[str]) -> int:
     command, args = (argv[1], argv[2:]) if len(argv) > 1 else ("", [])
     if command == "stop":
         return stop()
-    commands = {"serve": serve, "test": test}
+    commands = {"serve": serve, "test": test, "bench": bench}
     if command not in commands:
         print(__doc__.strip())
         return 2
@@ -302,6 +303,35 @@ def test(pytest_args: list[str], env: dict[str, str]) -> int:
             print(f"\nFAILED: {' '.join(map(str, step))}", file=sys.stderr)
             return 1
     return 0
+
+
+def bench(harness_args: list[str], env: dict[str, str]) -> int:
+    """bench/harness.py (docs/performance.md) in bench/.venv, which holds the peers and never
+    touches the project's dependencies; wrk comes from Debian (apt-get, when run as root)."""
+    bench_venv = ROOT / "bench" / ".venv"
+    bench_python = bench_venv / "bin" / "python"
+    requirements = ROOT / "bench" / "requirements.txt"
+    stamp = bench_venv / f".installed-{hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]}"
+    if not stamp.exists():
+        print(f"Installing the benchmark's peers into {bench_venv} ...", flush=True)
+        if not bench_python.exists():
+            venv.EnvBuilder(with_pip=True).create(bench_venv)
+        run([bench_python, "-m", "pip", "install", "--quiet", "-r", requirements])
+        stamp.touch()
+    if shutil.which("wrk") is None and "--help" not in harness_args:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            print(
+                "The benchmark needs wrk: install it (e.g. 'apt-get install wrk').", file=sys.stderr
+            )
+            return 1
+        apt_env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], env=apt_env)
+        installed = subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], env=apt_env)
+        if installed.returncode != 0:
+            print("'apt-get install wrk' failed; install wrk and run again.", file=sys.stderr)
+            return 1
+    harness = [bench_python, ROOT / "bench" / "harness.py", "--project-python", PYTHON]
+    return subprocess.run([str(c) for c in [*harness, *harness_args]], cwd=ROOT, env=env).returncode
 
 
 def run(cmd: list, **kwargs) -> subprocess.CompletedProcess:

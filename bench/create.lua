@@ -1,7 +1,7 @@
 -- wrk script: single creates, each with its own Idempotency-Key.
 -- Set by the harness: API_KEY and KEY_PREFIX in the environment.
+-- Each wrk thread runs its own copy of this script; `thread_id` is set in each by setup().
 local counter = 0
-local thread_id = 0
 local threads = {}
 
 function setup(thread)

@@ -1,0 +1,1191 @@
+"""Notify Queue's benchmark, beside procrastinate and pgqueuer on one PostgreSQL.
+
+Ingest, drain, slow provider, latency and history, all in one command:
+
+    python3 dev.py bench [--quick] [--repeats 3] [--backlog 200000] [--large-backlog] ...
+
+`dev.py bench` installs what this needs (bench/.venv with the peers, wrk from Debian) and runs
+this file with bench/.venv's Python; see docs/performance.md for what each figure means. It
+creates three databases on the PostgreSQL server the project uses (the embedded one under
+.notifyqueue/ unless --database-url names another): notifyqueue_bench, bench_procrastinate
+and bench_pgqueuer, dropped and created afresh on each run. It starts real processes: gunicorn
+for the API, `manage.py run_worker` for drain, the peers' own workers, and an HTTP provider on
+127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PEERS = ("pgqueuer", "procrastinate")
+DATABASES = {
+    "ours": "notifyqueue_bench",
+    "procrastinate": "bench_procrastinate",
+    "pgqueuer": "bench_pgqueuer",
+}
+SQL_HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+# The backlog cap stays on (its check runs on every create) but above any backlog used here.
+BENCH_MAX_PENDING = 100_000_000
+
+
+# ---------------------------------------------------------------- configuration and output
+
+
+@dataclass
+class Config:
+    repeats: int
+    seconds: float
+    backlog: int
+    drain_rows: int
+    history_rows: int
+    slow_rows: int
+    # A peer's drain is timed for at most this long (procrastinate drains slowly here).
+    peer_drain_seconds: float
+    slow_concurrency: int
+    latency_rate: float
+    latency_seconds: float
+    worker_concurrency: int
+    worker_batch: int
+    api_workers: int
+    api_threads: int
+    connections: int
+    batch_connections: int
+    sections: set[str]
+    project_python: Path
+    database_url: str | None
+    port: int
+
+
+SECTIONS = ("ingest", "batch", "drain", "slow", "latency", "history")
+
+
+def config_parse(argv: list[str]) -> Config:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="one repeat, short runs, small backlog: about two minutes",
+    )
+    parser.add_argument("--repeats", type=int, help="repeats of every measurement (default 3)")
+    parser.add_argument("--seconds", type=float, help="length of each ingest run (default 5)")
+    parser.add_argument(
+        "--backlog", type=int, help="PENDING rows for the backlog runs (default 200,000)"
+    )
+    parser.add_argument(
+        "--large-backlog",
+        action="store_true",
+        help="a 1,000,000-row backlog (adds several minutes)",
+    )
+    parser.add_argument("--drain-rows", type=int, help="rows per drain run (default 6,000)")
+    parser.add_argument(
+        "--history-rows",
+        type=int,
+        help="finished rows for the history run (default the backlog size)",
+    )
+    parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
+    parser.add_argument("--api-workers", type=int, default=4)
+    parser.add_argument("--api-threads", type=int, default=4)
+    parser.add_argument(
+        "--connections", type=int, default=8, help="connections for single creates (default 8)"
+    )
+    parser.add_argument("--worker-concurrency", type=int, default=16)
+    parser.add_argument("--worker-batch", type=int, default=100)
+    parser.add_argument("--slow-concurrency", type=int, default=50)
+    parser.add_argument("--project-python", type=Path, default=ROOT / ".venv" / "bin" / "python")
+    parser.add_argument("--database-url", help="any database on the PostgreSQL server to use")
+    parser.add_argument("--port", type=int, default=0, help="API port (default: a free one)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    backlog = args.backlog or (1_000_000 if args.large_backlog else 20_000 if quick else 200_000)
+    sections = set(args.only.split(",")) if args.only else set(SECTIONS)
+    unknown = sections - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    return Config(
+        repeats=args.repeats or (1 if quick else 3),
+        seconds=args.seconds or (3 if quick else 5),
+        backlog=backlog,
+        drain_rows=args.drain_rows or (3_000 if quick else 6_000),
+        history_rows=args.history_rows or backlog,
+        slow_rows=1_000 if quick else 2_000,
+        peer_drain_seconds=5 if quick else 10,
+        slow_concurrency=args.slow_concurrency,
+        latency_rate=200,
+        latency_seconds=5 if quick else 10,
+        worker_concurrency=args.worker_concurrency,
+        worker_batch=args.worker_batch,
+        api_workers=args.api_workers,
+        api_threads=args.api_threads,
+        connections=args.connections,
+        batch_connections=4,
+        sections=sections,
+        project_python=args.project_python,
+        database_url=args.database_url,
+        port=args.port or free_port(),
+    )
+
+
+@dataclass
+class Figure:
+    """One measured quantity over the repeats, ours and the peers', each run side by side."""
+
+    name: str
+    unit: str
+    ours: list[float] = field(default_factory=list)
+    peers: dict[str, list[float]] = field(default_factory=dict)
+    note: str = ""
+    # The key of another figure of ours to compare with, instead of the peers.
+    versus: str | None = None
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:,.0f}"
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def ratio(ours: list[float], theirs: list[float]) -> str:
+    """Median of the per-repeat ratios: each pair was measured in the same minute."""
+    pairs = [a / b for a, b in zip(ours, theirs, strict=False) if b]
+    if not pairs:
+        return "-"
+    if len(pairs) == 1:
+        return f"{pairs[0]:.2f}x"
+    return f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}-{max(pairs):.2f})"
+
+
+def table_print(figures: dict[str, Figure]) -> None:
+    """A Markdown table (it pastes into docs/performance.md). A row compared with another of
+    ours instead of the peers shows that figure, by its key, in the pgqueuer column."""
+    header = ["what", "unit", "Notify Queue", "pgqueuer", "ratio", "procrastinate", "ratio"]
+    rows = [header]
+    for f in figures.values():
+        row = [f.name, f.unit, spread(f.ours)]
+        if f.versus:
+            other = figures[f.versus]
+            row += [f"ours, [{f.versus}]: {spread(other.ours)}", ratio(f.ours, other.ours)]
+            row += ["", ""]
+        else:
+            for peer in PEERS:
+                theirs = f.peers.get(peer, [])
+                row += [spread(theirs), ratio(f.ours, theirs) if theirs else "-"]
+        rows.append(row)
+    rows = [
+        [f"{cell} [{key}]" if n == 0 and key else cell for n, cell in enumerate(row)]
+        for key, row in zip(["", *figures], rows, strict=True)
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    print()
+    for n, r in enumerate(rows):
+        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) + " |")
+        if n == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    notes = [f"- [{key}] {f.note}" for key, f in figures.items() if f.note]
+    if notes:
+        print("\n" + "\n".join(notes))
+
+
+# ---------------------------------------------------------------- database and processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """The PostgreSQL server: URLs for its databases, for Django, psycopg and asyncpg."""
+
+    def __init__(self, any_url: str) -> None:
+        self.params = conninfo_to_dict(any_url)
+
+    def url(self, database: str) -> str:
+        p = self.params
+        user = quote(p.get("user", "postgres"))
+        password = f":{quote(p['password'])}" if p.get("password") else ""
+        host = p.get("host", "127.0.0.1")
+        if host.startswith("/"):
+            return f"postgresql://{user}{password}@/{database}?host={quote(host)}"
+        port = f":{p['port']}" if p.get("port") else ""
+        return f"postgresql://{user}{password}@{host}{port}/{database}"
+
+    def connect(self, database: str, **kwargs) -> psycopg.Connection:
+        return psycopg.connect(self.url(database), autocommit=True, **kwargs)
+
+
+def server_find(config: Config) -> Server:
+    """The server of --database-url, else of DATABASE_URL (which `python3 dev.py bench` sets
+    to the embedded PostgreSQL when it is not set already)."""
+    url = config.database_url or os.environ.get("DATABASE_URL")
+    if not url:
+        raise SystemExit(
+            "No PostgreSQL: run this through `python3 dev.py bench`, or pass "
+            "--database-url (any database on the server to use)."
+        )
+    return Server(url)
+
+
+def databases_create(server: Server) -> None:
+    with server.connect("postgres") as conn:
+        for name in DATABASES.values():
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def project_env(server: Server, **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": server.url(DATABASES["ours"]),
+        "LOG_LEVEL": "WARNING",
+        "NOTIFYQUEUE_CLIENT_MAX_PENDING": str(BENCH_MAX_PENDING),
+        "NOTIFYQUEUE_SIMULATED_FAILURE_RATE": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update(extra)
+    return env
+
+
+def manage(config: Config, server: Server, *args: str) -> str:
+    done = subprocess.run(
+        [str(config.project_python), str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=project_env(server),
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def peer_run(server: Server, command: str, system: str, *args: str, timeout: float = 600) -> dict:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "peers.py"),
+            command,
+            "--system",
+            system,
+            "--dsn",
+            server.url(DATABASES[system]),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"peers.py {command} {system} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class Api:
+    """gunicorn serving the project, with several workers x threads."""
+
+    def __init__(self, config: Config, server: Server, api_key: str, **env: str) -> None:
+        self.config, self.server, self.api_key, self.env = config, server, api_key, env
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> Api:
+        c = self.config
+        self.process = subprocess.Popen(
+            [
+                str(c.project_python),
+                "-m",
+                "gunicorn",
+                "notifyqueue.wsgi",
+                "-b",
+                f"127.0.0.1:{c.port}",
+                "-w",
+                str(c.api_workers),
+                "--threads",
+                str(c.api_threads),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=project_env(self.server, **{"LOG_LEVEL": "ERROR", **self.env}),
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=5)
+                conn.request(
+                    "GET",
+                    "/api/v1/notifications?page_size=1",
+                    headers={"Authorization": f"Api-Key {self.api_key}"},
+                )
+                if conn.getresponse().status == 200:
+                    return self
+            time.sleep(0.2)
+        raise SystemExit("gunicorn did not answer within 60 s")
+
+    def __exit__(self, *exc) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=60)
+
+
+def workers_start(
+    config: Config,
+    server: Server,
+    count: int,
+    *,
+    until_empty: bool,
+    concurrency: int | None = None,
+    **env: str,
+) -> list[subprocess.Popen]:
+    command = [
+        str(config.project_python),
+        str(ROOT / "manage.py"),
+        "run_worker",
+        "--concurrency",
+        str(concurrency or config.worker_concurrency),
+        "--batch-size",
+        str(config.worker_batch),
+    ]
+    if until_empty:
+        command.append("--until-empty")
+    return [
+        subprocess.Popen(
+            command, cwd=ROOT, env=project_env(server, **env), stderr=subprocess.DEVNULL
+        )
+        for _ in range(count)
+    ]
+
+
+def processes_stop(processes: list[subprocess.Popen], timeout: float = 60) -> None:
+    for p in processes:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in processes:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+# ---------------------------------------------------------------- rows
+
+
+def queries_load(path: Path) -> dict[str, str]:
+    parts = SQL_HEADER.split(path.read_text())
+    return {
+        name: body.strip().rstrip(";") for name, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
+
+
+class Rows:
+    """Writes and reads the project's rows directly, through its own create statement."""
+
+    def __init__(self, server: Server, client_id: str) -> None:
+        self.server = server
+        self.client_id = client_id
+        # Older versions (before/after comparisons) lack this statement: see create().
+        self.create_many = queries_load(ROOT / "notifications" / "sql" / "notifications.sql").get(
+            "notifications_create_many"
+        )
+
+    def create(self, prefix: str, count: int, *, chunk: int = 5_000) -> None:
+        """`count` PENDING notifications due now, each to its own recipient (the rate limit
+        is per recipient), with keys `<prefix>-<n>`."""
+        if self.create_many is None:
+            self._insert(prefix, count, status="PENDING")
+            return
+        with self.server.connect(DATABASES["ours"]) as conn:
+            for start in range(0, count, chunk):
+                items = [
+                    {
+                        "ord": n,
+                        "idempotency_key": f"{prefix}-{n}",
+                        "request_fingerprint": "",
+                        "channel": "email",
+                        "recipient": f"{prefix}-{n}@example.com",
+                        "subject": "Hi",
+                        "body": "Your code is 123456",
+                        "priority": 2,
+                        "metadata": {},
+                        "fallback_channels": [],
+                        "max_attempts": 6,
+                    }
+                    for n in range(start, min(count, start + chunk))
+                ]
+                conn.execute(
+                    self.create_many, {"client_id": self.client_id, "items": json.dumps(items)}
+                )
+
+    def finished_create(self, prefix: str, count: int) -> None:
+        """`count` rows already SENT, as history: written directly, never delivered."""
+        self._insert(prefix, count, status="SENT")
+
+    def _insert(self, prefix: str, count: int, *, status: str) -> None:
+        with self.server.connect(DATABASES["ours"]) as conn:
+            conn.execute(
+                """
+                INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                    channel, recipient, subject, body, priority, metadata, fallback_channels,
+                    status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                    sent_at, created_at, updated_at)
+                SELECT gen_random_uuid(), %s, %s || '-' || g, '', 'email',
+                       %s || '-' || g || '@example.com', 'Hi', 'Body', 2, '{}', '[]', %s,
+                       now(), now(), 0, 6, 0, CASE WHEN %s = 'SENT' THEN now() END, now(), now()
+                  FROM generate_series(1, %s) AS g
+                """,
+                [self.client_id, prefix, prefix, status, status, count],
+            )
+            conn.execute("VACUUM ANALYZE notification")
+
+    def delete_except(self, keep_prefixes: tuple[str, ...]) -> None:
+        """Removes rows not delivered by the benchmark (ingest runs), and what hangs off them."""
+        with self.server.connect(DATABASES["ours"]) as conn:
+            condition = " AND ".join("idempotency_key NOT LIKE %s" for _ in keep_prefixes)
+            params = [f"{p}-%" for p in keep_prefixes]
+            where = f"WHERE {condition}" if keep_prefixes else ""
+            doomed = f"SELECT id FROM notification {where}"
+            for table in referencing_tables(conn):
+                conn.execute(f"DELETE FROM {table} WHERE notification_id IN ({doomed})", params)
+            conn.execute(f"DELETE FROM notification {where}", params)
+            conn.execute("VACUUM ANALYZE notification")
+
+    def waiting(self, prefix: str) -> int:
+        with self.server.connect(DATABASES["ours"]) as conn:
+            (count,) = conn.execute(
+                "SELECT count(*) FROM notification WHERE idempotency_key LIKE %s "
+                "AND status IN ('PENDING', 'PROCESSING')",
+                [f"{prefix}-%"],
+            ).fetchone()
+        return count
+
+
+def referencing_tables(conn: psycopg.Connection) -> list[str]:
+    rows = conn.execute(
+        """
+        SELECT DISTINCT c.conrelid::regclass::text
+          FROM pg_constraint c
+         WHERE c.contype = 'f' AND c.confrelid = 'notification'::regclass
+        """
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def peer_fill(server: Server, system: str, count: int) -> None:
+    """`count` due no-op jobs, written directly (the peers' batch APIs are measured apart)."""
+    with server.connect(DATABASES[system]) as conn:
+        if system == "procrastinate":
+            conn.execute(
+                "INSERT INTO procrastinate_jobs (queue_name, task_name, args) "
+                "SELECT 'default', 'noop', '{}' FROM generate_series(1, %s)",
+                [count],
+            )
+        else:
+            conn.execute(
+                "INSERT INTO pgqueuer (priority, entrypoint, status) "
+                "SELECT 0, 'noop', 'queued' FROM generate_series(1, %s)",
+                [count],
+            )
+        conn.execute("ANALYZE")
+
+
+def peer_empty(server: Server, system: str) -> None:
+    with server.connect(DATABASES[system]) as conn:
+        table = "procrastinate_jobs" if system == "procrastinate" else "pgqueuer"
+        conn.execute(f"TRUNCATE {table} CASCADE")
+
+
+def peer_waiting(server: Server, system: str) -> int:
+    with server.connect(DATABASES[system]) as conn:
+        if system == "procrastinate":
+            sql = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+        else:
+            sql = "SELECT count(*) FROM pgqueuer"
+        return conn.execute(sql).fetchone()[0]
+
+
+def drain_timed(
+    waiting: Callable[[], int],
+    total: int,
+    processes: list[subprocess.Popen],
+    *,
+    max_seconds: float | None = None,
+    timeout: float = 900,
+) -> float:
+    """Rows per second from the first row gone until the queue is empty (or, with
+    `max_seconds`, until that long after the first row went), polling the queue's depth the
+    same way for every system, so process start-up is left out alike. The processes are
+    stopped afterwards; without `max_seconds` the queue must have been emptied."""
+    deadline = time.monotonic() + timeout
+    first_at = first_left = None
+    left, last_at = total, time.monotonic()
+    while time.monotonic() < deadline:
+        left, last_at = waiting(), time.monotonic()
+        if first_at is None and left < total:
+            first_at, first_left = last_at, left
+        if left == 0 or all(p.poll() is not None for p in processes):
+            break
+        if first_at is not None and max_seconds and last_at - first_at >= max_seconds:
+            break
+        time.sleep(0.05)
+    processes_stop(processes)
+    if first_at is None or (left and not max_seconds):
+        raise SystemExit(f"drain did not finish: {left} of {total} still waiting")
+    return (first_left - left) / max(last_at - first_at, 1e-3)
+
+
+# ---------------------------------------------------------------- load generators
+
+
+def wrk_single(config: Config, api_key: str, prefix: str) -> tuple[float, int]:
+    """Single creates from wrk at `connections`; returns (201s per second, other answers)."""
+    threads = min(4, config.connections)
+    done = subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{config.connections}",
+            f"-d{config.seconds}s",
+            "-s",
+            str(BENCH / "create.lua"),
+            f"http://127.0.0.1:{config.port}",
+        ],
+        env={**os.environ, "API_KEY": api_key, "KEY_PREFIX": prefix},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"RESULT requests=(\d+) non201=(\d+) duration_us=(\d+)", done.stdout)
+    if not found:
+        raise SystemExit(f"wrk printed no RESULT line:\n{done.stdout}\n{done.stderr}")
+    requests, non201, duration_us = map(int, found.groups())
+    return (requests - non201) / (duration_us / 1e6), non201
+
+
+def batch_body(prefix: str, size: int) -> bytes:
+    items = [
+        {
+            "idempotency_key": f"{prefix}-{n}",
+            "channel": "email",
+            "recipient": "bench@example.com",
+            "subject": "Hi",
+            "body": "Your code is 123456",
+        }
+        for n in range(size)
+    ]
+    return json.dumps({"notifications": items}).encode()
+
+
+def http_batch(config: Config, api_key: str, prefix: str, size: int = 1000) -> tuple[float, int]:
+    """1,000-item batches from `batch_connections` keep-alive connections for `seconds`."""
+    deadline = time.monotonic() + config.seconds
+    created, refused = Counter(), Counter()
+
+    def loop(worker: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", config.port, timeout=120)
+        n = 0
+        while time.monotonic() < deadline:
+            body = batch_body(f"{prefix}-{worker}-{n}", size)
+            conn.request(
+                "POST",
+                "/api/v1/notifications/batch",
+                body,
+                {"Authorization": f"Api-Key {api_key}", "Content-Type": "application/json"},
+            )
+            answer = conn.getresponse()
+            data = answer.read()
+            if answer.status != 200:
+                refused[worker] += size
+            else:
+                statuses = Counter(r["status"] for r in json.loads(data)["results"])
+                created[worker] += statuses[201]
+                refused[worker] += size - statuses[201]
+            n += 1
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=loop, args=(w,)) for w in range(config.batch_connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(created.values()) / (time.monotonic() - started), sum(refused.values())
+
+
+class Provider:
+    """An HTTP provider on 127.0.0.1 (asyncio, keep-alive) that answers after `delay_s` and
+    records when it first saw each notification and how often it was called for it."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.first_seen: dict[str, float] = {}
+        self.calls: Counter[str] = Counter()
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.ready = threading.Event()
+
+    def __enter__(self) -> Provider:
+        self.thread.start()
+        self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/send"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", self.port, backlog=1024)
+        )
+        self.ready.set()
+        self.loop.run_forever()
+        server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                key = ""
+                for line in head.decode("latin-1").split("\r\n")[1:]:
+                    name, _, value = line.partition(":")
+                    if name.lower() == "content-length":
+                        length = int(value)
+                    elif name.lower() == "idempotency-key":
+                        key = value.strip()
+                body = await reader.readexactly(length) if length else b""
+                received = time.time()
+                with contextlib.suppress(ValueError, KeyError):
+                    key = key or json.loads(body)["id"]
+                self.first_seen.setdefault(key, received)
+                self.calls[key] += 1
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                answer = json.dumps({"message_id": f"m-{key}"}).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: " + str(len(answer)).encode() + b"\r\n\r\n" + answer
+                )
+                await writer.drain()
+        writer.close()
+
+
+def http_provider_env(provider: Provider) -> dict[str, str]:
+    return {
+        "NOTIFYQUEUE_EMAIL_PROVIDER": "http",
+        "NOTIFYQUEUE_EMAIL_PROVIDER_URL": provider.url,
+        "NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE": "true",
+        "NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS": "10",
+    }
+
+
+def steady_creates(config: Config, api_key: str, prefix: str) -> int:
+    """Single creates at a steady `latency_rate` per second for `latency_seconds`, from a pool
+    of keep-alive connections (open loop: a slow answer does not delay the next create)."""
+    total = int(config.latency_rate * config.latency_seconds)
+    interval = 1.0 / config.latency_rate
+    lock = threading.Lock()
+    local = threading.local()
+    next_n = iter(range(total))
+    start = time.monotonic() + 0.2
+
+    def loop() -> None:
+        local.conn = http.client.HTTPConnection("127.0.0.1", config.port, timeout=60)
+        while True:
+            with lock:
+                n = next(next_n, None)
+            if n is None:
+                return
+            delay = start + n * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            body = json.dumps(
+                {
+                    "channel": "email",
+                    "recipient": f"{prefix}-{n}@example.com",
+                    "body": "Your code is 123456",
+                }
+            )
+            local.conn.request(
+                "POST",
+                "/api/v1/notifications",
+                body,
+                {
+                    "Authorization": f"Api-Key {api_key}",
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": f"{prefix}-{n}",
+                },
+            )
+            local.conn.getresponse().read()
+
+    threads = [threading.Thread(target=loop) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return total
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+# ---------------------------------------------------------------- the sections
+
+
+class Bench:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.figures: dict[str, Figure] = {}
+        self.server = server_find(config)
+        self.checks: list[str] = []
+        self.problems: list[str] = []
+
+    def figure(self, key: str, name: str, unit: str, **kwargs) -> Figure:
+        if key not in self.figures:
+            self.figures[key] = Figure(name=name, unit=unit, **kwargs)
+        return self.figures[key]
+
+    def setup(self) -> None:
+        c = self.config
+        log(f"PostgreSQL: {self.server.url('postgres')}; databases {', '.join(DATABASES.values())}")
+        databases_create(self.server)
+        manage(c, self.server, "migrate", "--no-input", "--verbosity", "0")
+        made = json.loads(manage(c, self.server, "create_client", "bench"))
+        self.api_key = made["api_key"]
+        with self.server.connect(DATABASES["ours"]) as conn:
+            (self.client_id,) = conn.execute(
+                "SELECT id FROM clients_client WHERE name = 'bench'"
+            ).fetchone()
+        self.rows = Rows(self.server, str(self.client_id))
+        for system in PEERS:
+            peer_run(self.server, "install", system)
+        with self.server.connect("postgres") as conn:
+            settings = conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN ('server_version', "
+                "'fsync', 'synchronous_commit', 'shared_buffers', 'max_connections')"
+            ).fetchall()
+        log("PostgreSQL settings: " + ", ".join(f"{k}={v}" for k, v in settings))
+        log(
+            f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+            f"(other processes share them)"
+        )
+
+    def run(self) -> None:
+        c = self.config
+        self.setup()
+        started = time.monotonic()
+        if c.sections & {"ingest", "batch"}:
+            with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0"):
+                for r in range(c.repeats):
+                    if "ingest" in c.sections:
+                        self.ingest_single(r)
+                    if "batch" in c.sections:
+                        self.ingest_batch(r)
+                if "ingest" in c.sections:
+                    self.ingest_backlog()
+            if "ingest" in c.sections:
+                with Api(c, self.server, self.api_key):
+                    for r in range(c.repeats):
+                        self.ingest_single(r, throttle=True)
+            self.rows.delete_except(())
+        for r in range(c.repeats):
+            if "drain" in c.sections or "history" in c.sections:
+                for workers in (1, 2):
+                    self.drain(r, workers)
+            if "slow" in c.sections:
+                self.slow_provider(r)
+        if "latency" in c.sections:
+            with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0"):
+                for r in range(c.repeats):
+                    self.latency(r)
+        if "history" in c.sections:
+            self.history()
+        self.exactly_once_check()
+        log(f"measured in {time.monotonic() - started:,.0f} s")
+        self.report()
+
+    def ingest_single(self, r: int, *, throttle: bool = False) -> None:
+        c = self.config
+        key = "single-throttle" if throttle else "single"
+        name = f"single create, {c.connections} connections, empty queue" + (
+            ", API throttle on (default)" if throttle else ""
+        )
+        f = self.figure(key, name, "creates/s")
+        self.rows.delete_except(())
+        rate, other = wrk_single(
+            c, self.api_key, f"s{r}{'t' if throttle else ''}-{uuid.uuid4().hex[:6]}"
+        )
+        f.ours.append(rate)
+        if other:
+            f.note = f"{other} answers were not 201 (throttle 429s or errors)"
+        log(f"{name}: {rate:,.0f}/s")
+        if throttle:
+            f.versus = "single"
+            return
+        for system in PEERS:
+            peer_empty(self.server, system)
+            got = peer_run(
+                self.server,
+                "ingest-single",
+                system,
+                "--seconds",
+                str(c.seconds),
+                "--connections",
+                str(c.connections),
+            )
+            f.peers.setdefault(system, []).append(got["rate"])
+            log(f"  {system}: {got['rate']:,.0f}/s")
+
+    def ingest_backlog(self) -> None:
+        c = self.config
+        log(f"backlog: {c.backlog:,} PENDING rows for the client (and as many jobs per peer)")
+        self.rows.delete_except(())
+        self.rows.create("backlog", c.backlog)
+        with self.server.connect(DATABASES["ours"]) as conn:
+            conn.execute("VACUUM ANALYZE notification")
+        for system in PEERS:
+            peer_empty(self.server, system)
+            peer_fill(self.server, system, c.backlog)
+        f = self.figure(
+            "single-backlog",
+            f"single create, {c.connections} connections, {c.backlog:,}-row backlog",
+            "creates/s",
+        )
+        for r in range(c.repeats):
+            rate, _ = wrk_single(c, self.api_key, f"b{r}-{uuid.uuid4().hex[:6]}")
+            f.ours.append(rate)
+            log(f"{f.name}: {rate:,.0f}/s")
+            for system in PEERS:
+                got = peer_run(
+                    self.server,
+                    "ingest-single",
+                    system,
+                    "--seconds",
+                    str(c.seconds),
+                    "--connections",
+                    str(c.connections),
+                )
+                f.peers.setdefault(system, []).append(got["rate"])
+                log(f"  {system}: {got['rate']:,.0f}/s")
+        for system in PEERS:
+            peer_empty(self.server, system)
+
+    def ingest_batch(self, r: int) -> None:
+        c = self.config
+        f = self.figure(
+            "batch",
+            f"batch create, 1,000 per request, {c.batch_connections} connections",
+            "creates/s",
+        )
+        self.rows.delete_except(())
+        rate, refused = http_batch(c, self.api_key, f"B{r}-{uuid.uuid4().hex[:6]}")
+        f.ours.append(rate)
+        if refused:
+            f.note = f"{refused} items were not 201"
+        log(f"{f.name}: {rate:,.0f}/s")
+        for system in PEERS:
+            peer_empty(self.server, system)
+            got = peer_run(
+                self.server,
+                "ingest-batch",
+                system,
+                "--seconds",
+                str(c.seconds),
+                "--connections",
+                str(c.batch_connections),
+                "--batch",
+                "1000",
+            )
+            f.peers.setdefault(system, []).append(got["rate"])
+            log(f"  {system}: {got['rate']:,.0f}/s")
+
+    def drain(self, r: int, workers: int) -> None:
+        c = self.config
+        f = self.figure(
+            f"drain-{workers}",
+            f"drain, {workers} worker process"
+            f"{'es' if workers > 1 else ''} (concurrency {c.worker_concurrency}), "
+            "simulated provider",
+            "notifications/s",
+        )
+        prefix = f"drain{workers}r{r}"
+        self.rows.create(prefix, c.drain_rows)
+        processes = workers_start(c, self.server, workers, until_empty=True)
+        rate = drain_timed(lambda: self.rows.waiting(prefix), c.drain_rows, processes)
+        f.ours.append(rate)
+        log(f"{f.name}: {rate:,.0f}/s")
+        for system in PEERS:
+            peer_empty(self.server, system)
+            peer_fill(self.server, system, c.drain_rows)
+            processes = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(BENCH / "peers.py"),
+                        "worker",
+                        "--system",
+                        system,
+                        "--dsn",
+                        self.server.url(DATABASES[system]),
+                        "--concurrency",
+                        str(c.worker_concurrency),
+                        "--batch-size",
+                        str(c.worker_batch),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for _ in range(workers)
+            ]
+            got = drain_timed(
+                lambda s=system: peer_waiting(self.server, s),
+                c.drain_rows,
+                processes,
+                max_seconds=c.peer_drain_seconds,
+            )
+            f.peers.setdefault(system, []).append(got)
+            log(f"  {system}: {got:,.0f}/s")
+
+    def slow_provider(self, r: int) -> None:
+        c = self.config
+        bound = min(0.8 * c.slow_concurrency / 0.05, 2000)
+        f = self.figure(
+            "slow",
+            f"drain, 1 worker, concurrency {c.slow_concurrency}, http "
+            "provider answering after 50 ms",
+            "notifications/s",
+            note=f"target ≥ 0.8 x concurrency / 50 ms = {bound:,.0f}/s; the ratio "
+            "column compares with the empty-queue drain of 1 worker",
+        )
+        f.versus = "drain-1"
+        prefix = f"slow{r}"
+        with Provider(0.05) as provider:
+            self.rows.create(prefix, c.slow_rows)
+            processes = workers_start(
+                c,
+                self.server,
+                1,
+                until_empty=True,
+                concurrency=c.slow_concurrency,
+                **http_provider_env(provider),
+            )
+            rate = drain_timed(lambda: self.rows.waiting(prefix), c.slow_rows, processes)
+            self.provider_check(prefix, provider)
+        f.ours.append(rate)
+        log(f"{f.name}: {rate:,.0f}/s (target {bound:,.0f}/s)")
+
+    def latency(self, r: int) -> None:
+        c = self.config
+        prefix = f"latency{r}"
+        with Provider(0.0) as provider:
+            processes = workers_start(
+                c, self.server, 1, until_empty=False, **http_provider_env(provider)
+            )
+            time.sleep(3)  # the worker is listening before the first create
+            total = steady_creates(c, self.api_key, prefix)
+            deadline = time.monotonic() + 60
+            while self.rows.waiting(prefix) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            processes_stop(processes)
+            with self.server.connect(DATABASES["ours"]) as conn:
+                created = dict(
+                    conn.execute(
+                        "SELECT id::text, extract(epoch FROM created_at) FROM notification "
+                        "WHERE idempotency_key LIKE %s",
+                        [f"{prefix}-%"],
+                    ).fetchall()
+                )
+            seen = {k.split(":")[0]: v for k, v in provider.first_seen.items()}
+            waits = [1000 * (seen[i] - float(t)) for i, t in created.items() if i in seen]
+            self.provider_check(prefix, provider)
+        if len(waits) < total:
+            self.problems.append(
+                f"latency run {r}: {total - len(waits)} of {total} never reached the provider"
+            )
+        for p in (50, 95, 99):
+            f = self.figure(
+                f"latency-p{p}",
+                f"created → provider call at {c.latency_rate:.0f}/s, p{p}",
+                "ms (lower is better)",
+            )
+            f.ours.append(percentile(waits, p))
+        log(
+            f"latency at {c.latency_rate:.0f}/s: p50 {percentile(waits, 50):.1f} ms, "
+            f"p95 {percentile(waits, 95):.1f} ms, p99 {percentile(waits, 99):.1f} ms"
+        )
+        for system in PEERS:
+            peer_empty(self.server, system)
+            got = peer_run(
+                self.server,
+                "latency",
+                system,
+                "--rate",
+                str(c.latency_rate),
+                "--seconds",
+                str(c.latency_seconds),
+            )
+            for p in (50, 95, 99):
+                self.figures[f"latency-p{p}"].peers.setdefault(system, []).append(got[f"p{p}_ms"])
+            log(
+                f"  {system}: p50 {got['p50_ms']:.1f} ms, p95 {got['p95_ms']:.1f} ms, "
+                f"p99 {got['p99_ms']:.1f} ms"
+            )
+
+    def history(self) -> None:
+        c = self.config
+        log(f"history: {c.history_rows:,} finished (SENT) rows")
+        self.rows.finished_create("history", c.history_rows)
+        f = self.figure(
+            "history",
+            f"drain, 1 worker, with {c.history_rows:,} finished rows",
+            "notifications/s",
+            note="target ≥ 0.9 x the empty-table drain; the ratio column compares with it",
+        )
+        f.versus = "drain-1"
+        for r in range(c.repeats):
+            prefix = f"history{r}drain"
+            self.rows.create(prefix, c.drain_rows)
+            processes = workers_start(c, self.server, 1, until_empty=True)
+            rate = drain_timed(lambda p=prefix: self.rows.waiting(p), c.drain_rows, processes)
+            f.ours.append(rate)
+            log(f"{f.name}: {rate:,.0f}/s")
+
+    def provider_check(self, prefix: str, provider: Provider) -> None:
+        repeated = sum(1 for k, n in provider.calls.items() if n > 1)
+        if repeated:
+            self.checks.append(
+                f"{prefix}: the http provider was called more than once for "
+                f"{repeated} keys (a retry with the same idempotency key: "
+                "it answered as the first time and sent nothing new)"
+            )
+
+    def exactly_once_check(self) -> None:
+        """Every notification the benchmark delivered is SENT, with one successful attempt
+        and (simulated provider) one send."""
+        delivered = ("drain%", "slow%", "latency%", "history%drain%")
+        with self.server.connect(DATABASES["ours"]) as conn:
+            where = " OR ".join("n.idempotency_key LIKE %s" for _ in delivered)
+            total, not_sent = conn.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE n.status <> 'SENT') "
+                f"FROM notification AS n WHERE {where}",
+                delivered,
+            ).fetchone()
+            if not_sent:
+                self.problems.append(f"{not_sent} of {total} notifications are not SENT")
+            tables = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+                ).fetchall()
+            }
+            if "delivery_attempt" in tables:
+                (wrong,) = conn.execute(
+                    f"""
+                    SELECT count(*) FROM (
+                        SELECT n.id, count(a.id) FILTER (WHERE a.outcome = 'SENT') AS sent
+                          FROM notification AS n
+                          LEFT JOIN delivery_attempt AS a ON a.notification_id = n.id
+                         WHERE {where}
+                         GROUP BY n.id) AS x
+                     WHERE sent <> 1
+                    """,
+                    delivered,
+                ).fetchone()
+                if wrong:
+                    self.problems.append(
+                        f"{wrong} notifications do not have exactly one SENT attempt"
+                    )
+            else:
+                self.checks.append("no delivery_attempt table: attempts not checked")
+            if "simulated_provider_message" in tables:
+                (wrong,) = conn.execute(
+                    f"""
+                    SELECT count(*) FROM notification AS n
+                      LEFT JOIN simulated_provider_message AS m
+                        ON m.idempotency_key = n.id::text || ':' || n.channel
+                     WHERE ({where}) AND n.idempotency_key NOT LIKE 'slow%%'
+                       AND n.idempotency_key NOT LIKE 'latency%%'
+                       AND coalesce(m.sends, 0) <> 1
+                    """,
+                    delivered,
+                ).fetchone()
+                if wrong:
+                    self.problems.append(
+                        f"{wrong} notifications were not sent exactly once by "
+                        "the simulated provider"
+                    )
+        self.checks.insert(0, f"{total:,} notifications delivered by the benchmark")
+
+    def report(self) -> None:
+        c = self.config
+        print(
+            f"\nNotify Queue benchmark: {c.repeats} repeat(s); medians with (min-max); "
+            "each ratio is ours / peer, the median of per-repeat ratios, the two measured "
+            "back to back. For ms, lower is better."
+        )
+        table_print(self.figures)
+        print()
+        for line in self.checks:
+            print(f"check: {line}")
+        if self.problems:
+            for line in self.problems:
+                print(f"PROBLEM: {line}")
+            print("exactly-once check FAILED")
+            raise SystemExit(1)
+        print(
+            "exactly-once check passed: every notification delivered by the benchmark is "
+            "SENT, with exactly one SENT attempt and one simulated send"
+        )
+
+
+def main(argv: list[str]) -> int:
+    config = config_parse(argv)
+    if shutil.which("wrk") is None and config.sections & {"ingest"}:
+        raise SystemExit(
+            "wrk is not installed: `apt-get install wrk` (python3 dev.py bench "
+            "installs it when run as root)"
+        )
+    Bench(config).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
