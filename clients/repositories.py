@@ -93,7 +93,8 @@ class KeyHolder:
 def api_key_holder(*, prefix: str) -> KeyHolder | None:
     """The unrevoked key with this prefix and its client, in one query; None if there is none.
 
-    The client comes back with only `id`, `name` and `is_operator` loaded (others load on use).
+    The client comes back with only the fields the API reads on every request loaded (`id`,
+    `name`, `is_operator`, `may_send_critical`); others load on first use.
     """
     with connection.cursor() as cursor:
         cursor.execute(SQL["api_key_client"], {"prefix": prefix})
@@ -101,7 +102,9 @@ def api_key_holder(*, prefix: str) -> KeyHolder | None:
     if row is None:
         return None
     key_id, hashed_key, expired, *client_values = row
-    client = Client.from_db("default", ["id", "name", "is_operator"], client_values)
+    client = Client.from_db(
+        "default", ["id", "name", "is_operator", "may_send_critical"], client_values
+    )
     return KeyHolder(key_id=key_id, hashed_key=hashed_key, expired=expired, client=client)
 
 

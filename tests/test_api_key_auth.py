@@ -61,3 +61,16 @@ def test_a_create_is_two_queries_authentication_and_the_insert(api, settings):
     assert len(queries) == 2, queries
     assert "FROM clients_clientapikey" in queries[0]
     assert "INSERT INTO notification" in queries[1]
+
+
+def test_a_critical_create_reads_the_permission_without_another_query(api, acme, settings):
+    settings.NOTIFYQUEUE_API_RATE_LIMIT = 0
+    acme[0].may_send_critical = True
+    acme[0].save(update_fields=["may_send_critical"])
+    create(api, "warm-up")
+    with CaptureQueriesContext(connection) as captured:
+        response = api.post(
+            URL, {**VALID, "priority": "CRITICAL"}, format="json", HTTP_IDEMPOTENCY_KEY="k-1"
+        )
+    assert response.status_code == 201, response.json()
+    assert len(captured.captured_queries) == 2

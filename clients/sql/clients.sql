@@ -25,7 +25,8 @@ SELECT k.id AS key_id,
        k.expiry_date IS NOT NULL AND k.expiry_date < notifyqueue_now() AS expired,
        c.id,
        c.name,
-       c.is_operator
+       c.is_operator,
+       c.may_send_critical
   FROM clients_clientapikey AS k
   JOIN clients_client AS c ON c.id = k.client_id
  WHERE k.prefix = %(prefix)s
