@@ -116,6 +116,9 @@ def config_parse(argv: list[str]) -> Config:
     parser.add_argument("--worker-concurrency", type=int, default=16)
     parser.add_argument("--worker-batch", type=int, default=100)
     parser.add_argument("--slow-concurrency", type=int, default=50)
+    parser.add_argument(
+        "--latency-rate", type=float, default=200, help="creates per second (default 200)"
+    )
     parser.add_argument("--project-python", type=Path, default=ROOT / ".venv" / "bin" / "python")
     parser.add_argument("--database-url", help="any database on the PostgreSQL server to use")
     parser.add_argument("--port", type=int, default=0, help="API port (default: a free one)")
@@ -135,7 +138,7 @@ def config_parse(argv: list[str]) -> Config:
         slow_rows=1_000 if quick else 2_000,
         peer_drain_seconds=5 if quick else 10,
         slow_concurrency=args.slow_concurrency,
-        latency_rate=200,
+        latency_rate=args.latency_rate,
         latency_seconds=5 if quick else 10,
         worker_concurrency=args.worker_concurrency,
         worker_batch=args.worker_batch,
