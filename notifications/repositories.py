@@ -254,7 +254,7 @@ class NotificationRepository:
         by_key: dict[str, Inserted] = {}
         missing = list(new)
         for _ in range(CREATE_ATTEMPTS if missing else 0):
-            items = [{"ord": n, **_new_params(item)} for n, item in enumerate(missing)]
+            items = [_new_params(item) for item in missing]
             params = {"client_id": client_id, "items": json.dumps(items, default=str)}
             for found in _fetch_created(QUERIES["notifications_create_many"], params):
                 by_key[found.record.idempotency_key] = found

@@ -45,16 +45,16 @@ SELECT false AS created, n.*
 
 -- name: notifications_create_many
 -- A batch in one statement: every item (keys already distinct) is inserted, or the row that
--- already holds its key is returned (`created` false). The items arrive as one JSON array;
--- the wake-up trigger is per statement, so the whole batch sends one NOTIFY. As in
--- notification_create, a key committed by another request while this statement waited is
--- missing from the answer; the caller reads those few again.
+-- already holds its key is returned (`created` false), in no particular order. The items
+-- arrive as one JSON array; the wake-up trigger is per statement, so the whole batch sends
+-- one NOTIFY. As in notification_create, a key committed by another request while this
+-- statement waited is missing from the answer; the caller runs the statement again for those.
 WITH clock AS (
     SELECT notifyqueue_now() AS now
 ), item AS (
     SELECT *
       FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
-           ord integer, idempotency_key text, request_fingerprint text,
+           idempotency_key text, request_fingerprint text,
            channel text, recipient text, subject text, body text, priority smallint,
            metadata jsonb, user_id text, template text, payload jsonb,
            fallback_channels jsonb, send_at timestamptz, delay_seconds integer,
@@ -81,7 +81,9 @@ WITH clock AS (
                  ELSE GREATEST(coalesce(i.send_at, clock.now), clock.now)
                END AS at
      ) AS due
-     ORDER BY i.ord
+     -- Keys are locked in one order whatever the items' order, so two batches that meet on
+     -- the same keys wait for each other instead of deadlocking.
+     ORDER BY i.idempotency_key
     ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
     RETURNING *
 )
