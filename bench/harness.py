@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -51,6 +52,7 @@ DATABASES = {
 SQL_HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 # The backlog cap stays on (its check runs on every create) but above any backlog used here.
 BENCH_MAX_PENDING = 100_000_000
+BENCH_SECRET_KEY = secrets.token_urlsafe(50)
 
 
 # ---------------------------------------------------------------- configuration and output
@@ -269,6 +271,10 @@ def databases_create(server: Server) -> None:
 
 def project_env(server: Server, **extra: str) -> dict[str, str]:
     env = {
+        # As in production: a secret key of its own (settings refuse to run without one), plain
+        # HTTP on loopback as behind a proxy that ends TLS.
+        "DJANGO_SECRET_KEY": BENCH_SECRET_KEY,
+        "DJANGO_SECURE_SSL_REDIRECT": "false",
         **os.environ,
         "DATABASE_URL": server.url(DATABASES["ours"]),
         "LOG_LEVEL": "WARNING",
