@@ -1,0 +1,306 @@
+"""The fault suite's parts: a scripted provider, real `run_worker` processes, the universal check.
+
+Everything here is real: the provider is an HTTP server on 127.0.0.1 that keeps an idempotency
+store like a real one, workers are `manage.py run_worker` subprocesses (stoppable, killable,
+startable under `faketime`), and the check reads PostgreSQL and what the provider and the
+webhook receiver saw.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from django.db import connection
+
+from notifications.models import Notification, Status
+
+ROOT = Path(__file__).resolve().parents[2]
+FINAL = {Status.SENT, Status.FAILED, Status.DEAD_LETTERED}
+# Backoff, claim and provider timeouts short enough for a suite of minutes, with the claim
+# timeout at twice the provider timeout as run_worker requires.
+WORKER_ENV = {
+    "NOTIFYQUEUE_EMAIL_PROVIDER": "http",
+    "NOTIFYQUEUE_SMS_PROVIDER": "http",
+    "NOTIFYQUEUE_PUSH_PROVIDER": "http",
+    "NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE": "true",
+    "NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS": "1",
+    "NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS": "2",
+    "NOTIFYQUEUE_BACKOFF_BASE_SECONDS": "0.05",
+    "NOTIFYQUEUE_BACKOFF_MAX_SECONDS": "0.2",
+    "NOTIFYQUEUE_POLL_INTERVAL_SECONDS": "0.1",
+    "NOTIFYQUEUE_HEARTBEAT_SECONDS": "0.2",
+    "NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD": "1000",
+}
+
+
+@dataclass
+class Call:
+    key: str
+    recipient: str
+    at: float
+
+
+@dataclass
+class ScriptedProvider:
+    """An HTTP provider on loopback whose answer depends on the recipient:
+
+    `hang` sleeps past the worker's deadline, then accepts; `redirect` answers 307; `longid`
+    accepts with a 300-character message id; `hugeid` with a 100,000-character one; `nulid`
+    with NUL and control characters in it; `garbage` accepts with a body that is not JSON;
+    `huge` accepts with a 2 MB body; `reject` answers 400; `busy` answers 503 on a key's first
+    two calls. Anything else is accepted. Like a real provider, a key it accepted before is
+    answered with the same id and not sent again; `sends` holds each key's one real send.
+    """
+
+    delay_s: float = 0.0
+    calls: list[Call] = field(default_factory=list)
+    sends: dict[str, Call] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> ScriptedProvider:
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                key, recipient = self.headers["Idempotency-Key"], body["recipient"]
+                provider._answer(self, key, recipient)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/send"
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _answer(self, handler: BaseHTTPRequestHandler, key: str, recipient: str) -> None:
+        now = time.time()
+        with self._lock:
+            self.calls.append(Call(key, recipient, now))
+            tries = sum(1 for c in self.calls if c.key == key)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if "redirect" in recipient:
+            return self._reply(handler, 307, b"", {"Location": "http://127.0.0.1:9/elsewhere"})
+        if "reject" in recipient:
+            return self._reply(handler, 400, b"no such recipient")
+        if "busy" in recipient and tries <= 2:
+            return self._reply(handler, 503, b"busy " * 1000)
+        if "hang" in recipient and tries <= 1:
+            time.sleep(3)  # past the 1 s provider timeout: the worker gives up first
+        with self._lock:
+            first = key not in self.sends
+            if first:
+                self.sends[key] = Call(key, recipient, now)
+        message_id = f"msg-{key}"
+        if "longid" in recipient:
+            message_id = "L" * 300
+        elif "hugeid" in recipient:
+            message_id = "H" * 100_000
+        elif "nulid" in recipient:
+            message_id = "id\x00with\x01nul"
+        if "garbage" in recipient:
+            return self._reply(handler, 200, b"\xff\xfe<html>accepted?</html>\x00")
+        if "huge" in recipient and "hugeid" not in recipient:
+            return self._reply(handler, 200, b"x" * 2_000_000)
+        return self._reply(handler, 200, json.dumps({"message_id": message_id}).encode())
+
+    @staticmethod
+    def _reply(handler, status: int, body: bytes, headers: dict | None = None) -> None:
+        try:
+            handler.send_response(status)
+            for name, value in (headers or {}).items():
+                handler.send_header(name, value)
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the worker gave up (timeout) or died: what some tests are about
+
+
+class Workers:
+    """`manage.py run_worker` subprocesses; every one still running is killed at exit."""
+
+    def __init__(self, database_url: str, provider_url: str, **env: str) -> None:
+        self.env = {
+            **os.environ,
+            **WORKER_ENV,
+            "DATABASE_URL": database_url,
+            "NOTIFYQUEUE_EMAIL_PROVIDER_URL": provider_url,
+            "NOTIFYQUEUE_SMS_PROVIDER_URL": provider_url,
+            "NOTIFYQUEUE_PUSH_PROVIDER_URL": provider_url,
+            **env,
+        }
+        self.processes: list[subprocess.Popen] = []
+
+    def start(self, *args: str, faketime: str | None = None, **env: str) -> subprocess.Popen:
+        command = [sys.executable, "manage.py", "run_worker", "--concurrency", "4", *args]
+        if faketime is not None:
+            # libfaketime preloaded into the worker itself (the `faketime` command would run
+            # it as a child that our signals never reach). Only the wall clock is skewed, as
+            # on a host whose clock is set wrong; its monotonic clock still runs true.
+            env = {
+                "LD_PRELOAD": faketime_library(),
+                "FAKETIME": faketime,
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                **env,
+            }
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**self.env, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.processes.append(process)
+        return process
+
+    def stop_all(self, timeout_s: float = 30) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+
+def faketime_library() -> str:
+    """libfaketime from Debian's `faketime` package (python3 dev.py test installs it); the
+    tests that need it skip only when it cannot be had."""
+    import pytest
+
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
+    if not found:
+        pytest.skip("libfaketime is not installed (apt-get install faketime)")
+    return found[0]
+
+
+def wait_until(predicate, *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def all_final() -> bool:
+    return not Notification.objects.exclude(status__in=FINAL).exists()
+
+
+def notifications_create(client, recipients: list[str], *, channel: str = "email", **fields):
+    """One notification per recipient, created through the service as the API would."""
+    from tests.factories import NotificationFactory
+
+    return [
+        NotificationFactory(client=client, channel=channel, recipient=r, max_attempts=4, **fields)
+        for r in recipients
+    ]
+
+
+def universal_check(
+    provider: ScriptedProvider,
+    *,
+    webhooks=None,
+    rate_limit: tuple[int, float] | None = None,
+) -> dict[str, int]:
+    """What must hold after any fault, whatever happened on the way:
+
+    - every notification is in a final state, with exactly one attempt recorded as the one
+      that ended it (SENT: exactly one SENT attempt);
+    - the provider was only ever called under the key `<notification id>:<channel>`, and each
+      SENT notification was really sent by the provider exactly once (under its own key);
+    - no recipient got more than `limit` sends in any window (the provider's own timestamps,
+      over a window shortened by half a second for the gap between admission and arrival);
+    - each final state was reported by exactly one webhook event (one eventId), if a
+      receiver is given.
+    Returns the count of notifications per final status."""
+    rows = list(Notification.objects.values_list("id", "status", "channel", "recipient"))
+    not_final = [(str(i), s) for i, s, _, _ in rows if s not in FINAL]
+    assert not not_final, f"not final: {not_final[:5]}"
+    keys = {f"{i}:{c}" for i, _, c, _ in rows}
+    strange = {c.key for c in provider.calls} - keys
+    assert not strange, f"provider called under unknown keys: {sorted(strange)[:3]}"
+    for notification_id, status, channel, _ in rows:
+        if status == Status.SENT:
+            assert f"{notification_id}:{channel}" in provider.sends, notification_id
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT notification_id, count(*) FROM delivery_attempt WHERE outcome = 'SENT' "
+            "GROUP BY notification_id HAVING count(*) > 1"
+        )
+        twice = cursor.fetchall()
+    assert not twice, f"recorded as sent more than once: {twice[:3]}"
+    if rate_limit is not None:
+        limit, window_s = rate_limit
+        by_recipient: dict[str, list[float]] = defaultdict(list)
+        for call in provider.sends.values():
+            by_recipient[call.recipient].append(call.at)
+        for recipient, times in by_recipient.items():
+            times.sort()
+            for i in range(len(times) - limit):
+                span = times[i + limit] - times[i]
+                assert span >= window_s - 0.5, (recipient[:40], limit, span)
+    if webhooks is not None:
+        expected = {(str(i), s) for i, s, _, _ in rows}
+        wait_until(
+            lambda: expected <= webhook_reports(webhooks),
+            timeout_s=30,
+            what="a webhook for every final state",
+        )
+        per_state: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for request in webhooks.requests:
+            event = json.loads(request.body)
+            per_state[(event["jobId"], event["status"])].add(event["eventId"])
+        assert set(per_state) == expected, set(per_state) ^ expected
+        assert all(len(ids) == 1 for ids in per_state.values())
+    counts: dict[str, int] = defaultdict(int)
+    for _, status, _, _ in rows:
+        counts[status] += 1
+    return dict(counts)
+
+
+def webhook_reports(webhooks) -> set[tuple[str, str]]:
+    reports = set()
+    for request in list(webhooks.requests):
+        event = json.loads(request.body)
+        reports.add((event["jobId"], event["status"]))
+    return reports
+
+
+def new_key() -> str:
+    return uuid.uuid4().hex

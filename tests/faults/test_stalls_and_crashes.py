@@ -1,0 +1,74 @@
+"""Workers stopped past their claim timeout, killed mid-batch, and cut off from PostgreSQL:
+every notification still ends exactly once (issue 10)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from django.db import connection
+
+from delivery.models import DeliveryAttempt, Outcome
+from notifications.models import Notification, Status
+from tests.faults.harness import (
+    ScriptedProvider,
+    Workers,
+    all_final,
+    notifications_create,
+    universal_check,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def sent() -> int:
+    return Notification.objects.filter(status=Status.SENT).count()
+
+
+def test_sigstop_past_the_claim_timeout_then_sigkill_mid_batch(database_url, client, webhooks):
+    """A is frozen (SIGSTOP) past its 2 s claims with sends in flight, so B's reaper takes
+    them over; A then resumes and its late results change nothing. B is SIGKILLed mid-batch
+    and C finishes. Every notification ends exactly once."""
+    with ScriptedProvider(delay_s=0.2) as provider, Workers(database_url, provider.url) as workers:
+        notifications_create(client, [f"user{i}@example.com" for i in range(60)])
+        a, b = workers.start(), workers.start()
+        wait_until(lambda: sent() >= 5, timeout_s=30, what="the first sends")
+        a.send_signal(signal.SIGSTOP)
+        time.sleep(3.5)  # past A's claim timeout: B reaps A's claims and sends them again
+        a.send_signal(signal.SIGCONT)
+        wait_until(lambda: sent() >= 30, timeout_s=60, what="half sent")
+        b.send_signal(signal.SIGKILL)
+        workers.start()
+        wait_until(all_final, timeout_s=90, what="every notification final")
+        workers.stop_all()
+
+        counts = universal_check(provider, webhooks=webhooks)
+
+    assert counts == {Status.SENT: 60}
+    assert DeliveryAttempt.objects.filter(outcome=Outcome.ABANDONED).exists()  # takeovers
+
+
+def test_every_database_session_terminated_mid_batch_loses_and_repeats_nothing(
+    database_url, client, webhooks
+):
+    with ScriptedProvider(delay_s=0.05) as provider, Workers(database_url, provider.url) as workers:
+        notifications_create(client, [f"user{i}@example.com" for i in range(120)])
+        workers.start()
+        workers.start()
+        for _ in range(4):
+            wait_until(lambda: True, timeout_s=1, what="")
+            time.sleep(0.7)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+        wait_until(all_final, timeout_s=120, what="every notification final")
+        workers.stop_all()
+        assert all(p.returncode == 0 for p in workers.processes)  # none of them died of it
+
+        counts = universal_check(provider, webhooks=webhooks)
+
+    assert counts == {Status.SENT: 120}
