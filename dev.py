@@ -9,13 +9,14 @@
 Needs only Python 3.11+ and pip: it creates `.venv/`, installs the project into it, and (when
 DATABASE_URL is unset) starts the embedded PostgreSQL under `.notifyqueue/`, passes it to
 every process it starts (with the development switch NOTIFYQUEUE_DEV_EMBEDDED_DB=1), and
-stops it again when it ends. `test` also installs Debian's chromium (with apt-get, when run as
-root) for the browser tests, which skip only if that fails.
+stops it again when it ends. `test` also installs Debian's chromium and faketime (with apt-get,
+when run as root) for the browser tests and the fault suite, which skip only if that fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import secrets
@@ -40,7 +41,11 @@ DEMO_KEY_FILE = STATE / "demo-api-key"
 ADMIN_USER = "operator"
 ADMIN_PASSWORD_FILE = STATE / "demo-admin-password"
 METRICS_DIR = STATE / "metrics"
-CHROMIUM = Path("/usr/bin/chromium")
+# Debian packages the tests use, by a file each installs.
+TEST_PACKAGES = {
+    "chromium": "/usr/bin/chromium",
+    "faketime": "/usr/lib/*/faketime/libfaketimeMT.so.1",
+}
 API_WORKERS = 2
 STARTUP_TIMEOUT_S = 60
 
@@ -275,23 +280,26 @@ def print_banner(host: str, port: int, key: str, password: str, startup_s: float
     )
 
 
-def ensure_browser() -> None:
-    """Debian's chromium for the browser tests; never a browser download."""
-    if CHROMIUM.exists():
+def ensure_test_packages() -> None:
+    """Debian's chromium (the browser tests; never a browser download) and faketime (the
+    fault suite's skewed-clock workers), installed with apt-get when missing; the tests that
+    need one skip only if that fails."""
+    missing = [name for name, path in TEST_PACKAGES.items() if not glob.glob(path)]
+    if not missing:
         return
     if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("apt-get") is None:
-        print(f"{CHROMIUM} is missing and apt-get cannot run here: the browser tests will skip.")
+        print(f"{', '.join(missing)} missing and apt-get cannot run here: their tests will skip.")
         return
-    print("Installing chromium with apt-get for the browser tests ...", flush=True)
+    print(f"Installing {', '.join(missing)} with apt-get for the tests ...", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
         if subprocess.run(cmd, env=env).returncode != 0:
-            print(f"'{' '.join(cmd)}' failed: the browser tests will skip.", file=sys.stderr)
+            print(f"'{' '.join(cmd)}' failed: their tests will skip.", file=sys.stderr)
             return
 
 
 def test(pytest_args: list[str], env: dict[str, str]) -> int:
-    ensure_browser()
+    ensure_test_packages()
     steps = [
         [PYTHON, "-m", "ruff", "check", "."],
         [PYTHON, "-m", "ruff", "format", "--check", "."],
