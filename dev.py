@@ -2,7 +2,7 @@
 """Sets up everything Notify Queue needs, then runs it or tests it.
 
     python3 dev.py serve   # API on http://127.0.0.1:8000 (HOST, PORT) plus one worker
-    python3 dev.py test    # lint, migration check and the whole test suite (args go to pytest)
+    python3 dev.py test    # lint, import layers, migrations check, all tests (args go to pytest)
     python3 dev.py bench   # the benchmark beside procrastinate and pgqueuer (--help, --quick)
     python3 dev.py stop    # stop a left-over embedded PostgreSQL
 
@@ -303,6 +303,8 @@ def test(pytest_args: list[str], env: dict[str, str]) -> int:
     steps = [
         [PYTHON, "-m", "ruff", "check", "."],
         [PYTHON, "-m", "ruff", "format", "--check", "."],
+        # The one-way order of the apps ([tool.importlinter] in pyproject.toml).
+        [VENV / ("Scripts/lint-imports.exe" if os.name == "nt" else "bin/lint-imports")],
         [PYTHON, ROOT / "manage.py", "makemigrations", "--check", "--dry-run"],
         [PYTHON, "-m", "pytest", *pytest_args],
     ]
