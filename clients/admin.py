@@ -1,10 +1,10 @@
 """API clients and their keys in the admin.
 
 A client's webhook URL and permissions are editable; its webhook secret changes only by
-rotation. Keys are issued here (the plain key is shown once, in the page's message) and
-revoked here (a revoked key is refused from the next request on: authentication reads the
-table every time). The library's own `APIKey` model is unrelated to clients and its keys
-never authenticate, so its admin page is removed.
+rotation (an action webhooks/admin.py adds to this page). Keys are issued here (the plain key
+is shown once, in the page's message) and revoked here (a revoked key is refused from the next
+request on: authentication reads the table every time). The library's own `APIKey` model is
+unrelated to clients and its keys never authenticate, so its admin page is removed.
 """
 
 from django.contrib import admin, messages
@@ -13,7 +13,6 @@ from rest_framework_api_key.admin import APIKeyModelAdmin
 from rest_framework_api_key.models import APIKey
 
 from clients.models import Client, ClientAPIKey
-from webhooks import services as webhook_services
 
 admin.site.unregister(APIKey)
 
@@ -35,24 +34,6 @@ class ClientAdmin(admin.ModelAdmin):
     readonly_fields = ("webhook_secret", "previous_webhook_secret_expires_at", "created_at")
     # A webhook URL typed without a scheme means https (Django 6's default, chosen now).
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
-    actions = ["rotate_webhook_secret_selected"]
-
-    @admin.action(
-        description="Rotate webhook secret (the old one keeps signing for 24 hours)",
-        permissions=["change"],
-    )
-    def rotate_webhook_secret_selected(self, request, queryset):
-        rotated = 0
-        for client in queryset:
-            if webhook_services.client_webhook_secret_rotate(client_id=client.id):
-                rotated += 1
-                self.log_change(request, client, "Rotated the webhook secret.")
-        self.message_user(
-            request,
-            f"Rotated the webhook secret of {rotated} client(s); webhooks are signed with the "
-            "old and the new secret for the next 24 hours.",
-            messages.SUCCESS,
-        )
 
 
 @admin.register(ClientAPIKey)

@@ -7,7 +7,7 @@ import uuid
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey
 
-from webhooks.targets import webhook_url_validate
+from notifyqueue.webhook_url import webhook_url_validate
 
 
 def webhook_secret_new() -> str:

@@ -19,8 +19,8 @@ from typing import Any
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 
-from notifications.models import Priority
 from notifyqueue.sqlfile import queries_load
+from notifyqueue.vocabulary import Priority
 
 SQL = queries_load(Path(__file__).with_name("sql") / "health.sql")
 

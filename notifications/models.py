@@ -13,8 +13,7 @@ from django.contrib.postgres.indexes import HashIndex
 from django.db import models
 from django.db.models import Q
 
-# A push device token may be up to 4,096 characters (contract: recipient plausibility).
-RECIPIENT_MAX_LENGTH = 4096
+from notifyqueue.vocabulary import RECIPIENT_MAX_LENGTH, Channel, Priority
 
 
 class Status(models.TextChoices):
@@ -30,22 +29,6 @@ class Status(models.TextChoices):
 FINAL_STATUSES = frozenset(
     {Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.CANCELLED, Status.SUPPRESSED}
 )
-
-
-class Channel(models.TextChoices):
-    EMAIL = "email"
-    SMS = "sms"
-    PUSH = "push"
-    IN_APP = "in_app"
-
-
-class Priority(models.IntegerChoices):
-    """Stored as a small integer so that ascending order is claim order."""
-
-    CRITICAL = 0
-    HIGH = 1
-    NORMAL = 2
-    LOW = 3
 
 
 class Notification(models.Model):

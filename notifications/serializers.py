@@ -11,22 +11,33 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.core.validators import EmailValidator
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from notifications.models import RECIPIENT_MAX_LENGTH, Channel, Priority, Status
+from notifications.models import Status
 from notifications.repositories import ListFilters
 from notifications.services import (
-    MAX_BODY_BYTES,
     PAGE_SIZE_DEFAULT,
     PAGE_SIZE_MAX,
     NotificationRequest,
     idempotency_key_problem,
+)
+from notifyqueue.serializers import (
+    CURSOR_MAX_LENGTH,
+    ErrorDetail,
+    RejectUnknownFieldsMixin,
+)
+from notifyqueue.vocabulary import (
+    EMAIL_MAX_LENGTH,
+    MAX_BODY_BYTES,
+    RECIPIENT_MAX_LENGTH,
+    USER_ID_MAX_LENGTH,
+    Channel,
+    Priority,
+    recipient_problem,
 )
 from templates.models import EVENT_MAX_LENGTH, SUBJECT_MAX_LENGTH
 
@@ -36,16 +47,10 @@ DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600
 # A send_at before this is refused rather than read as "now": far-past years overflow when
 # moved to UTC, and no client means them.
 SEND_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
-EMAIL_MAX_LENGTH = 320
-SMS_NUMBER = re.compile(r"\+[1-9][0-9]{6,14}")
-PUSH_TOKEN = re.compile(rf"[\x21-\x7e]{{8,{RECIPIENT_MAX_LENGTH}}}")
-USER_ID_MAX_LENGTH = 255
 METADATA_MAX_BYTES = 16 * 1024
 PAYLOAD_MAX_BYTES = 64 * 1024
 JSON_FIELD_MAX_DEPTH = 8
-CURSOR_MAX_LENGTH = 1024
 LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029]")
-_email_validator = EmailValidator()
 
 
 class CaseInsensitiveChoiceField(serializers.ChoiceField):
@@ -150,42 +155,6 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
-
-
-class RejectUnknownFieldsMixin:
-    """A misspelt field is an error, not silently ignored."""
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return super().validate(attrs)
-
-
-def recipient_problem(channel: str, recipient: str) -> str | None:
-    """Why `recipient` cannot be an address on `channel`, or None when it is plausible."""
-    if channel == Channel.EMAIL:
-        if len(recipient) > EMAIL_MAX_LENGTH:
-            return f"An email address is at most {EMAIL_MAX_LENGTH} characters."
-        try:
-            _email_validator(recipient)
-        except DjangoValidationError:
-            return "Not a valid email address."
-        return None
-    if channel == Channel.SMS:
-        if SMS_NUMBER.fullmatch(recipient) is None:
-            return "An SMS recipient is an E.164 number: + and 7 to 15 digits, e.g. +447700900123."
-        return None
-    if channel == Channel.PUSH:
-        if PUSH_TOKEN.fullmatch(recipient) is None:
-            return (
-                f"A push recipient is a device token: 8 to {RECIPIENT_MAX_LENGTH} printable "
-                "characters without spaces."
-            )
-        return None
-    if not 1 <= len(recipient) <= USER_ID_MAX_LENGTH:
-        return f"An in_app recipient is a user id of 1 to {USER_ID_MAX_LENGTH} characters."
-    return None
 
 
 class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
@@ -397,16 +366,6 @@ class NotificationListOutput(serializers.Serializer):
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = NotificationOutput(many=True)
-
-
-class ErrorDetail(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    fields = serializers.DictField(help_text="Offending fields, each with its messages.")
-
-
-class ErrorOutput(serializers.Serializer):
-    error = ErrorDetail()
 
 
 class BatchResultOutput(serializers.Serializer):

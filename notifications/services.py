@@ -55,8 +55,8 @@ from notifications.repositories import (
     RetriedRow,
 )
 from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
+from notifyqueue.vocabulary import MAX_BODY_BYTES
 
-MAX_BODY_BYTES = 64 * 1024
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
 # How long a client over its backlog limit is told to wait: long enough for workers to drain a
 # meaningful share, short enough that a briefly full queue does not stall the client.

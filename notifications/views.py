@@ -23,7 +23,6 @@ from notifications.serializers import (
     BatchOutput,
     BulkRetryInput,
     BulkRetryOutput,
-    ErrorOutput,
     NotificationCreateInput,
     NotificationListFilters,
     NotificationListOutput,
@@ -31,6 +30,7 @@ from notifications.serializers import (
     notification_request,
 )
 from notifyqueue.errors import InvalidRequest, error_body
+from notifyqueue.serializers import ErrorOutput
 from preferences.services import NotificationContent
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"

@@ -10,7 +10,7 @@ import uuid
 
 from django.db import models
 
-from notifications.serializers import USER_ID_MAX_LENGTH
+from notifyqueue.vocabulary import USER_ID_MAX_LENGTH
 
 
 class UserPreferences(models.Model):

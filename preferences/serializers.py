@@ -6,12 +6,8 @@ from typing import Any
 
 from rest_framework import serializers
 
-from notifications.models import RECIPIENT_MAX_LENGTH, Channel
-from notifications.serializers import (
-    CURSOR_MAX_LENGTH,
-    RejectUnknownFieldsMixin,
-    recipient_problem,
-)
+from notifyqueue.serializers import CURSOR_MAX_LENGTH, RejectUnknownFieldsMixin
+from notifyqueue.vocabulary import RECIPIENT_MAX_LENGTH, Channel, recipient_problem
 from preferences.services import INBOX_PAGE_SIZE_DEFAULT, INBOX_PAGE_SIZE_MAX, PreferencesInput
 from templates.models import EVENT_MAX_LENGTH
 

@@ -32,9 +32,9 @@ from rest_framework import status as http
 
 from delivery.repositories import Claim
 from delivery.services import Route
-from notifications.models import Channel
 from notifications.services import NotificationRequest, RenderedContent
 from notifyqueue.errors import DomainError, InvalidRequest, NotFound
+from notifyqueue.vocabulary import Channel
 from preferences.repositories import (
     InboxPage,
     InboxPosition,

@@ -15,8 +15,9 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from notifications.serializers import USER_ID_MAX_LENGTH, ErrorOutput
 from notifyqueue.errors import InvalidRequest, error_body
+from notifyqueue.serializers import ErrorOutput
+from notifyqueue.vocabulary import USER_ID_MAX_LENGTH
 from preferences import services
 from preferences.serializers import (
     InboxMessageOutput,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from delivery.repositories import Claim
-from notifications.models import Priority
+from notifyqueue.vocabulary import Priority
 from ratelimits.repositories import Admission, RateLimitRepository
 
 

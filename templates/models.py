@@ -10,7 +10,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from notifications.models import Channel
+from notifyqueue.vocabulary import Channel
 
 EVENT_MAX_LENGTH = 255
 # RFC 5322's limit on one header line, for every subject: a template's, a rendered one and a

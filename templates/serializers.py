@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from notifications.models import Channel
-from notifications.serializers import RejectUnknownFieldsMixin
-from notifications.services import MAX_BODY_BYTES
+from notifyqueue.serializers import RejectUnknownFieldsMixin
+from notifyqueue.vocabulary import MAX_BODY_BYTES, Channel
 from templates.models import SUBJECT_MAX_LENGTH
 from templates.repositories import TemplateRecord
 from templates.services import template_placeholders

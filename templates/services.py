@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from notifications.models import Channel
-from notifications.services import MAX_BODY_BYTES
 from notifyqueue.errors import InvalidRequest, NotFound
+from notifyqueue.vocabulary import MAX_BODY_BYTES, Channel
 from templates.models import SUBJECT_MAX_LENGTH
 from templates.repositories import TemplateRecord, TemplateRepository
 

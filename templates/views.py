@@ -10,9 +10,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from notifications.models import Channel
-from notifications.serializers import ErrorOutput
 from notifyqueue.errors import error_body
+from notifyqueue.serializers import ErrorOutput
+from notifyqueue.vocabulary import Channel
 from templates import services
 from templates.serializers import TemplateInput, TemplateOutput
 

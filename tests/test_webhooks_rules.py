@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from clients.models import webhook_secret_new
+from notifyqueue.webhook_url import webhook_url_validate
 from webhooks.checks import webhook_settings_check
 from webhooks.repositories import QUERIES, ClaimedEvent
 from webhooks.services import (
@@ -19,7 +20,6 @@ from webhooks.services import (
     webhook_signature_headers,
     webhook_signing_secrets,
 )
-from webhooks.targets import webhook_url_validate
 
 NOW = datetime(2026, 9, 24, 12, 1, 3, 654321, tzinfo=UTC)
 

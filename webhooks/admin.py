@@ -1,7 +1,10 @@
-"""Operators see every webhook event and its attempts, read-only, and may redeliver them."""
+"""Operators see every webhook event and its attempts, read-only, and may redeliver them; on
+a client's page they may rotate its webhook secret."""
 
 from django.contrib import admin, messages
 
+from clients.admin import ClientAdmin
+from clients.models import Client
 from notifyqueue.admin import NoAddOrChange
 from webhooks import services
 from webhooks.models import WebhookDeliveryAttempt, WebhookEvent
@@ -85,4 +88,31 @@ class WebhookEventAdmin(NoAddOrChange, admin.ModelAdmin):
             f"{len(queued)} event(s) queued for redelivery; "
             f"{skipped} skipped (still pending or being delivered).",
             messages.SUCCESS if queued else messages.WARNING,
+        )
+
+
+# The secret signs webhooks, so rotating it is this app's action; clients sits below webhooks
+# (docs/technical-design.md, Layers), so the action joins the client page from here.
+admin.site.unregister(Client)
+
+
+@admin.register(Client)
+class ClientWebhookAdmin(ClientAdmin):
+    actions = ["rotate_webhook_secret_selected"]
+
+    @admin.action(
+        description="Rotate webhook secret (the old one keeps signing for 24 hours)",
+        permissions=["change"],
+    )
+    def rotate_webhook_secret_selected(self, request, queryset):
+        rotated = 0
+        for client in queryset:
+            if services.client_webhook_secret_rotate(client_id=client.id):
+                rotated += 1
+                self.log_change(request, client, "Rotated the webhook secret.")
+        self.message_user(
+            request,
+            f"Rotated the webhook secret of {rotated} client(s); webhooks are signed with the "
+            "old and the new secret for the next 24 hours.",
+            messages.SUCCESS,
         )

@@ -9,7 +9,7 @@ from django.core.validators import URLValidator
 
 from clients.repositories import client_create
 from notifyqueue.errors import Conflict
-from webhooks.targets import webhook_url_validate
+from notifyqueue.webhook_url import webhook_url_validate
 
 
 class Command(BaseCommand):

@@ -25,7 +25,7 @@ from monitoring.services import (
     status_report,
     status_thresholds_from_settings,
 )
-from notifications.models import Priority
+from notifyqueue.vocabulary import Priority
 
 PRIORITIES = [priority.name for priority in sorted(Priority, key=lambda p: p.value)]
 

@@ -1,5 +1,6 @@
-"""The check a webhook URL gets when it is saved; the full rules (resolution, pinning, no
-redirects) apply at every delivery and live in notifyqueue/outbound.py."""
+"""The check a webhook URL gets when it is saved (it validates a `clients` field, so it lives
+below clients and webhooks); the full rules (resolution, pinning, no redirects) apply at every
+delivery and live in notifyqueue/outbound.py."""
 
 from __future__ import annotations
 
