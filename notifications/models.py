@@ -125,6 +125,13 @@ class Notification(models.Model):
                 name="notification_pending_claim",
                 condition=Q(status=Status.PENDING),
             ),
+            # The fair claim (delivery/sql/queries.sql): a loose index scan over the
+            # (priority, client) pairs that have waiting rows, then each pair's due range.
+            models.Index(
+                fields=["priority", "client", "due_at", "created_at"],
+                name="notification_pending_client",
+                condition=Q(status=Status.PENDING),
+            ),
             # The reaper looks for claims that expired.
             models.Index(
                 fields=["claim_expires_at"],

@@ -185,8 +185,8 @@ def test_a_crash_on_the_last_attempt_gets_one_final_resend_then_dead_letters():
 
 @pytest.mark.django_db
 def test_claim_plan_reads_the_partial_pending_index():
-    """40,000 rows from four clients, one in ten still waiting: the claim reads the claim
-    index's due range per priority, never the whole table."""
+    """40,000 rows from four clients, one in ten still waiting: the claim walks the (priority,
+    client) pairs of the pending index and each pair's due range, never the whole table."""
     clients = [ClientFactory().id for _ in range(4)]
     with connection.cursor() as cursor:
         cursor.execute(
@@ -209,8 +209,29 @@ def test_claim_plan_reads_the_partial_pending_index():
             {"worker": "w", "limit": 100, "claim_timeout_s": 30},
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "Index Scan using notification_pending_claim" in plan, plan
+    assert "using notification_pending_client" in plan, plan
     assert "Seq Scan on notification" not in plan, plan
+
+
+@pytest.mark.django_db
+def test_within_a_priority_the_claim_takes_clients_in_turn_not_the_oldest_backlog_first():
+    """A flooded 100 rows before B created 5: a claim of 10 takes 5 of each (each client's
+    share of the claim), oldest first within each, instead of A's 10 oldest. A CRITICAL of
+    either still goes before both."""
+    a, b = ClientFactory(), ClientFactory()
+    now = timezone.now()
+    flood = [
+        NotificationFactory(client=a, due_at=now - timedelta(minutes=10, seconds=-i))
+        for i in range(100)
+    ]
+    later = [NotificationFactory(client=b, due_at=now - timedelta(seconds=5 - i)) for i in range(5)]
+    critical = NotificationFactory(client=a, priority=0, due_at=now)
+    DbClock(now)
+    claims = repo.notification_claim_due(worker="w", limit=11, claim_timeout_s=30)
+    assert claims[0].id == critical.id
+    assert {c.id for c in claims[1:]} == {n.id for n in flood[:5]} | {n.id for n in later}
+    again = repo.notification_claim_due(worker="w", limit=4, claim_timeout_s=30)
+    assert {c.id for c in again} == {n.id for n in flood[5:9]}  # B has nothing left due
 
 
 @pytest.mark.django_db(transaction=True)

@@ -7,22 +7,55 @@
 -- Takes up to %(limit)s due rows in claim order, skipping rows other workers hold, and marks
 -- them PROCESSING under a fresh claim token. The attempt is counted here, at claim time, so a
 -- message that crashes its worker still runs out of attempts. Commits before any provider call.
--- The scan runs once per priority, highest first (the VALUES order drives the nested loop),
--- each a range scan of the claim index that stops at the first row not yet due: rows
--- scheduled far ahead at a high priority are never walked over. The outer LIMIT stops
--- pulling (and locking) once the batch is full, so lower priorities are read only when the
--- higher ones run short.
-WITH due AS (
-    SELECT head.id
-    FROM (VALUES (0), (1), (2), (3)) AS p(priority)
+--
+-- Claim order: priority first (a CRITICAL always goes before any HIGH); within a priority,
+-- round-robin across clients: every client with a due row gets its first, then every client
+-- its second, ..., each client's own rows by due time. So one client's backlog at a priority
+-- never holds another client's rows behind it.
+--   pairs: the (priority, client) pairs that have waiting rows, found by a loose index scan of
+--          notification_pending_client (one probe per pair, however many rows each has);
+--   share: per priority, ceil(limit / number of clients with a due row): no client can take
+--          more than its share of one claim while others wait (a claim left short by a
+--          client with fewer due rows is filled by the next claim);
+--   head:  each pair's due rows, at most its share, locked with SKIP LOCKED.
+-- The cost grows with the number of clients that have waiting rows, not with the rows.
+WITH RECURSIVE pairs AS (
+    (SELECT priority, client_id FROM notification
+     WHERE status = 'PENDING'
+     ORDER BY priority, client_id
+     LIMIT 1)
+    UNION ALL
+    SELECT following.priority, following.client_id
+    FROM pairs AS pr
     CROSS JOIN LATERAL (
-        SELECT id
-        FROM notification
-        WHERE status = 'PENDING' AND priority = p.priority AND due_at <= notifyqueue_now()
-        ORDER BY due_at, created_at
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
+        SELECT priority, client_id FROM notification
+        WHERE status = 'PENDING' AND (priority, client_id) > (pr.priority, pr.client_id)
+        ORDER BY priority, client_id
+        LIMIT 1
+    ) AS following
+), due_pairs AS (
+    SELECT pr.priority, pr.client_id,
+           ceil(%(limit)s::numeric / count(*) OVER (PARTITION BY pr.priority))::int AS share
+    FROM pairs AS pr
+    WHERE EXISTS (SELECT 1 FROM notification AS n
+                  WHERE n.status = 'PENDING' AND n.priority = pr.priority
+                    AND n.client_id = pr.client_id AND n.due_at <= notifyqueue_now())
+), due AS (
+    SELECT head.id
+    FROM due_pairs AS dp
+    CROSS JOIN LATERAL (
+        SELECT id, due_at, created_at, row_number() OVER (ORDER BY due_at, created_at) AS turn
+        FROM (
+            SELECT id, due_at, created_at
+            FROM notification
+            WHERE status = 'PENDING' AND priority = dp.priority AND client_id = dp.client_id
+              AND due_at <= notifyqueue_now()
+            ORDER BY due_at, created_at
+            LIMIT dp.share
+            FOR UPDATE SKIP LOCKED
+        ) AS locked
     ) AS head
+    ORDER BY dp.priority, head.turn, head.due_at, head.created_at
     LIMIT %(limit)s
 ), claimed AS (
     UPDATE notification AS n
