@@ -24,11 +24,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime
 
 import psycopg
 from django.db import DatabaseError, connection
-from django.utils import timezone
 
 from delivery.circuits.services import Circuit, CircuitPolicy, Refused, circuits_register
 from delivery.providers.base import Message, Provider, ProviderResult, TemporaryFailure
@@ -144,7 +142,6 @@ class Worker:
         policy: RetryPolicy,
         worker_id: str | None = None,
         repository: DeliveryRepository | None = None,
-        clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
         router: Router | None = None,
     ) -> None:
@@ -153,7 +150,6 @@ class Worker:
         self.policy = policy
         self.worker_id = worker_id or worker_id_new()
         self.repository = repository or DeliveryRepository()
-        self.clock = clock or timezone.now
         self.rng = rng or random.Random()
         self.rate_limits = RateLimitRepository()
         self.router = router or PreferenceRouter()
@@ -223,7 +219,7 @@ class Worker:
         database connection is logged and retried, never fatal."""
         listener = WakeupListener()
         self._next_maintenance = 0.0
-        circuits_register(list(self.circuits.values()), now=self.clock())
+        circuits_register(list(self.circuits.values()))
         try:
             while not self._stopping.is_set():
                 try:
@@ -400,7 +396,7 @@ class Worker:
         is open the provider is not called and the answer is a TemporaryFailure."""
         circuit = self.circuits.get(claim.channel)
         try:
-            admission = circuit.admit(now=self.clock()) if circuit else None
+            admission = circuit.admit() if circuit else None
         except DatabaseError:
             # The breaker is an optimisation; without its state, call the provider.
             log.exception("circuit %s unreadable; calling the provider", circuit.name)
@@ -423,7 +419,7 @@ class Worker:
             result = TemporaryFailure(f"{provider.name} provider raised {type(exc).__name__}")
         if circuit:
             try:
-                circuit.record(admission, result, now=self.clock())
+                circuit.record(admission, result)
             except DatabaseError:
                 log.exception("circuit %s not updated after a send", circuit.name)
         return result

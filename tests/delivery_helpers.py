@@ -28,7 +28,6 @@ def simulated_providers(**kwargs) -> dict:
 def worker_build(
     *,
     providers: dict | None = None,
-    clock=None,
     concurrency: int = 4,
     batch_size: int = 10,
     claim_timeout_s: float = 30.0,
@@ -47,7 +46,6 @@ def worker_build(
             circuit=circuit,
         ),
         policy=policy or RetryPolicy(base_s=0.5, max_s=60.0),
-        clock=clock,
         rng=random.Random(7),
         worker_id=worker_id,
     )

@@ -18,13 +18,15 @@ from delivery.circuits.services import CircuitPolicy, circuits_register
 from delivery.models import DeliveryAttempt, SimulatedProviderMessage
 from delivery.providers.simulated import SimulatedProvider
 from notifications.models import Notification, Status
+from tests.clock import DbClock
 from tests.delivery_helpers import FakeClock, LoopbackProvider, worker_build
 from tests.factories import ClientFactory, NotificationFactory
 from tests.test_worker_process import wait_for, worker_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-POLICY = CircuitPolicy(threshold=3, cooldown_s=30, probe_timeout_s=10)
+# No reuse of readings: the tests move the database clock and expect the next call to see it.
+POLICY = CircuitPolicy(threshold=3, cooldown_s=30, probe_timeout_s=10, read_ttl_s=0)
 EMAIL = "email:simulated"
 
 
@@ -66,8 +68,8 @@ def calls_for(notification) -> int:
 def breaker_worker():
     clock = FakeClock()
     provider = StateRecordingProvider()
-    worker = worker_build(clock=clock, providers={"email": provider}, circuit=POLICY)
-    circuits_register(list(worker.circuits.values()), now=clock.now)  # as Worker.run() does
+    worker = worker_build(providers={"email": provider}, circuit=POLICY)
+    circuits_register(list(worker.circuits.values()))  # as Worker.run() does
     worker.circuits_test_clock, worker.test_provider = clock, provider
     yield worker
     worker.stop()
@@ -134,9 +136,9 @@ def test_a_failed_probe_reopens_the_circuit_for_another_cooldown(breaker_worker)
         breaker_worker.test_provider,
     )
     repository = CircuitRepository()
-    repository.register(names=[EMAIL], now=clock.now)
+    repository.register(names=[EMAIL])
     for _ in range(3):
-        repository.failed(name=EMAIL, threshold=3, now=clock.now)
+        repository.failed(name=EMAIL, threshold=3)
     clock.advance(POLICY.cooldown_s)
     probe = NotificationFactory(recipient="temporary-failure@example.com", due_at=clock.now)
     deliver_due(worker)
@@ -155,9 +157,10 @@ def test_a_failed_probe_reopens_the_circuit_for_another_cooldown(breaker_worker)
 
 def test_exactly_one_of_many_concurrent_callers_gets_the_probe():
     repository = CircuitRepository()
-    now = timezone.now()
-    repository.register(names=[EMAIL], now=now)
-    repository.failed(name=EMAIL, threshold=1, now=now - timedelta(seconds=60))
+    clock = DbClock()
+    repository.register(names=[EMAIL])
+    repository.failed(name=EMAIL, threshold=1)
+    clock.advance(60)
     callers = 12
     barrier = threading.Barrier(callers)
     tokens: list = []
@@ -166,9 +169,7 @@ def test_exactly_one_of_many_concurrent_callers_gets_the_probe():
     def take():
         try:
             barrier.wait()
-            token = CircuitRepository().probe_take(
-                name=EMAIL, now=now, cooldown_s=30, probe_timeout_s=10
-            )
+            token = CircuitRepository().probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10)
             with lock:
                 tokens.append(token)
         finally:
@@ -187,34 +188,31 @@ def test_exactly_one_of_many_concurrent_callers_gets_the_probe():
 
 def test_a_probe_whose_worker_died_expires_and_only_the_new_holder_decides():
     repository = CircuitRepository()
-    now = timezone.now()
-    repository.failed(name=EMAIL, threshold=1, now=now)
-    later = now + timedelta(seconds=30)
-    lost = repository.probe_take(name=EMAIL, now=later, cooldown_s=30, probe_timeout_s=10)
+    clock = DbClock()
+    repository.failed(name=EMAIL, threshold=1)
+    clock.advance(30)
+    lost = repository.probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10)
     assert lost is not None
-    assert (
-        repository.probe_take(
-            name=EMAIL, now=later + timedelta(seconds=9), cooldown_s=30, probe_timeout_s=10
-        )
-        is None
-    )
-    taken_over = repository.probe_take(
-        name=EMAIL, now=later + timedelta(seconds=10), cooldown_s=30, probe_timeout_s=10
-    )
+    clock.advance(9)
+    assert repository.probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10) is None
+    clock.advance(1)
+    taken_over = repository.probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10)
     assert taken_over not in (None, lost)
-    assert repository.probe_finished(name=EMAIL, token=lost, failed=False, now=later) is False
+    assert repository.probe_finished(name=EMAIL, token=lost, failed=False) is False
     assert circuit(EMAIL).state == CircuitState.HALF_OPEN
-    assert repository.probe_finished(name=EMAIL, token=taken_over, failed=False, now=later)
+    assert repository.probe_finished(name=EMAIL, token=taken_over, failed=False)
     assert circuit(EMAIL).state == CircuitState.CLOSED
 
 
 def test_a_late_result_from_before_the_circuit_opened_changes_nothing():
     repository = CircuitRepository()
-    now = timezone.now()
+    clock = DbClock()
+    now = clock.now
     for _ in range(2):
-        repository.failed(name=EMAIL, threshold=2, now=now)
-    repository.succeeded(name=EMAIL, now=now)  # admitted while CLOSED, answered after opening
-    repository.failed(name=EMAIL, threshold=2, now=now + timedelta(seconds=5))
+        repository.failed(name=EMAIL, threshold=2)
+    repository.succeeded(name=EMAIL)  # admitted while CLOSED, answered after opening
+    clock.advance(5)
+    repository.failed(name=EMAIL, threshold=2)
     row = circuit(EMAIL)
     assert (row.state, row.consecutive_failures, row.opened_at) == (CircuitState.OPEN, 2, now)
 
@@ -223,7 +221,7 @@ def test_a_permanent_rejection_or_success_ends_a_failure_run(breaker_worker):
     worker, clock = breaker_worker, breaker_worker.circuits_test_clock
     repository = CircuitRepository()
     for _ in range(2):
-        repository.failed(name=EMAIL, threshold=3, now=clock.now)
+        repository.failed(name=EMAIL, threshold=3)
     NotificationFactory(recipient="permanent-failure@example.com", due_at=clock.now)
     deliver_due(worker)
     assert (circuit(EMAIL).state, circuit(EMAIL).consecutive_failures) == (CircuitState.CLOSED, 0)
@@ -294,21 +292,43 @@ def test_a_closed_circuit_costs_one_read_per_ttl_and_no_write_per_success():
     from delivery.circuits.services import Allowed, Circuit
     from delivery.providers.base import Accepted, TemporaryFailure
 
-    now = timezone.now()
     policy = CircuitPolicy(threshold=3, cooldown_s=30, probe_timeout_s=10, read_ttl_s=60)
     breaker = Circuit("email:simulated", policy)
-    circuits_register([breaker], now=now)
+    circuits_register([breaker])
     with CaptureQueriesContext(connection) as queries:
         for _ in range(20):
-            admission = breaker.admit(now=now)
+            admission = breaker.admit()
             assert admission == Allowed()
-            breaker.record(admission, Accepted("m"), now=now)
+            breaker.record(admission, Accepted("m"))
     assert len(queries) == 1  # one read, reused; successes with no failure run write nothing
 
-    breaker.record(Allowed(), TemporaryFailure("busy"), now=now)
+    breaker.record(Allowed(), TemporaryFailure("busy"))
     with CaptureQueriesContext(connection) as queries:
-        admission = breaker.admit(now=now)
-        breaker.record(admission, Accepted("m"), now=now)
+        admission = breaker.admit()
+        breaker.record(admission, Accepted("m"))
     # After a failure the state is read again, and the success that ends the run resets it.
     assert len(queries) == 2
     assert CircuitBreaker.objects.get(name="email:simulated").consecutive_failures == 0
+
+
+def test_the_probe_is_due_by_the_database_clock_after_the_cooldown_or_an_expired_probe():
+    """The cooldown and the probe's expiry are read against notifyqueue_now(), so a worker
+    whose own clock is off neither probes early nor waits late."""
+    repository = CircuitRepository()
+    clock = DbClock()
+    repository.failed(name=EMAIL, threshold=1)
+
+    def due() -> bool:
+        return repository.read(name=EMAIL, cooldown_s=30).probe_due
+
+    clock.advance(29.9)
+    assert not due()
+    clock.advance(0.1)
+    assert due()
+    assert repository.probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=20) is not None
+    clock.advance(19)
+    assert not due()
+    clock.advance(1)
+    assert due()  # the probe's worker never answered: it may be taken over
+    repository.succeeded(name=EMAIL)
+    assert repository.read(name=EMAIL, cooldown_s=30).state == CircuitState.HALF_OPEN

@@ -33,7 +33,7 @@ def message(client, user_id: str, minutes_ago: int, **fields) -> InboxMessage:
 
 def test_in_app_notifications_reach_the_inbox_newest_first_and_are_marked_read(api):
     clock = FakeClock()
-    worker = worker_build(clock=clock)
+    worker = worker_build()
     try:
         for key, body in (("k-1", "first"), ("k-2", "second")):
             response = api.post(

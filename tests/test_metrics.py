@@ -118,7 +118,7 @@ def _deliver_three(api, webhook_url: str) -> None:
         )
         assert response.status_code == 201
     clock = FakeClock()
-    worker = worker_build(clock=clock)
+    worker = worker_build()
     try:
         drain(worker, clock)
     finally:

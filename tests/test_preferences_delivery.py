@@ -38,7 +38,7 @@ def hooked(make_client) -> APIClient:
 @pytest.fixture
 def worker():
     clock = FakeClock()
-    built = worker_build(clock=clock)
+    built = worker_build()
     built.test_clock = clock
     yield built
     built.stop()

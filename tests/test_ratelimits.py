@@ -38,7 +38,6 @@ def limited_worker(clock, *, limit=10, batch_size=100, concurrency=4):
             rate_limit=RateLimit(limit=limit, window_s=WINDOW_S),
         ),
         policy=RetryPolicy(base_s=0.5, max_s=60),
-        clock=clock,
     )
 
 
@@ -98,7 +97,7 @@ def test_one_worker_takes_critical_then_high_then_normal_then_low(clock, workers
     }
     from tests.delivery_helpers import worker_build
 
-    worker = worker_build(clock=clock, concurrency=1, batch_size=1)
+    worker = worker_build(concurrency=1, batch_size=1)
     workers(worker)
     step_until_idle(worker)
     # The fake clock stands still, so started_at ties; attempt ids record the claim order.

@@ -56,8 +56,8 @@ def test_retry_puts_a_dead_letter_back_to_pending_due_now_with_attempts_at_zero(
     assert body["last_error"] == "provider answered 503: busy"
     dead.refresh_from_db()
     assert dead.status == Status.PENDING
-    assert before <= dead.due_at <= timezone.now()
-    assert dead.updated_at == dead.due_at == dead.last_retried_at
+    assert before <= dead.due_at <= timezone.now()  # due now, by the database's clock
+    assert dead.updated_at == dead.last_retried_at
     assert dead.last_retried_by == "api:ops"
 
 
@@ -258,7 +258,7 @@ def test_retried_dead_letter_goes_around_again_and_a_second_webhook_reports_it(m
     notification = NotificationFactory(
         client=owner, recipient="always-temporary-failure@example.com"
     )
-    worker = worker_build(clock=clock)
+    worker = worker_build()
     try:
         drain(worker, clock)
         notification.refresh_from_db()

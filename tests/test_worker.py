@@ -82,7 +82,7 @@ def test_always_temporary_failure_is_dead_lettered_after_six_attempts_with_backo
 ):
     notification = NotificationFactory(recipient="temporary-failure@example.com")
     clock.now = timezone.now()
-    worker = worker_build(clock=clock, policy=RetryPolicy(base_s=0.5, max_s=60))
+    worker = worker_build(policy=RetryPolicy(base_s=0.5, max_s=60))
     close_workers(worker)
     drain(worker, clock)
 
@@ -103,7 +103,7 @@ def test_always_temporary_failure_is_dead_lettered_after_six_attempts_with_backo
 def test_backoff_is_capped_at_the_maximum(clock, close_workers):
     notification = NotificationFactory(recipient="temporary-failure@example.com", max_attempts=9)
     clock.now = timezone.now()
-    worker = worker_build(clock=clock, policy=RetryPolicy(base_s=0.5, max_s=5))
+    worker = worker_build(policy=RetryPolicy(base_s=0.5, max_s=5))
     close_workers(worker)
     drain(worker, clock)
     attempts = list(DeliveryAttempt.objects.filter(notification=notification).order_by("number"))
@@ -118,7 +118,7 @@ def test_backoff_is_capped_at_the_maximum(clock, close_workers):
 def test_permanent_failure_fails_after_one_attempt(clock, close_workers):
     notification = NotificationFactory(recipient="permanent-failure@example.com")
     clock.now = timezone.now()
-    worker = worker_build(clock=clock)
+    worker = worker_build()
     close_workers(worker)
     drain(worker, clock)
     notification.refresh_from_db()
@@ -129,7 +129,7 @@ def test_permanent_failure_fails_after_one_attempt(clock, close_workers):
 def test_flaky_two_is_sent_on_the_third_attempt(clock, close_workers):
     notification = NotificationFactory(recipient="flaky-2@example.com")
     clock.now = timezone.now()
-    worker = worker_build(clock=clock)
+    worker = worker_build()
     close_workers(worker)
     drain(worker, clock)
     notification.refresh_from_db()
@@ -148,7 +148,7 @@ def test_flaky_two_is_sent_on_the_third_attempt(clock, close_workers):
 def test_in_app_delivery_writes_the_inbox_row_with_sent(clock, close_workers):
     notification = NotificationFactory(channel=Channel.IN_APP, recipient="user-42", subject="Hi")
     clock.now = timezone.now()
-    worker = worker_build(clock=clock)
+    worker = worker_build()
     close_workers(worker)
     drain(worker, clock)
     notification.refresh_from_db()
@@ -166,7 +166,7 @@ def test_final_statuses_write_their_webhook_event_in_the_same_transaction(clock,
     dead = NotificationFactory(client=client, recipient="temporary-failure@x.com", max_attempts=2)
     NotificationFactory(client=silent)
     clock.now = timezone.now()
-    worker = worker_build(clock=clock)
+    worker = worker_build()
     close_workers(worker)
     drain(worker, clock)
 
@@ -408,7 +408,7 @@ def test_a_database_error_in_the_send_time_checks_is_a_failed_attempt_not_a_send
 
     notification = NotificationFactory()
     clock.now = timezone.now()
-    worker = worker_build(clock=clock, concurrency=1)
+    worker = worker_build(concurrency=1)
     worker.config = dataclasses.replace(worker.config, rate_limit=RateLimit(limit=10, window_s=60))
     worker.rate_limits = UnreachableRateLimits()
     close_workers(worker)

@@ -5,7 +5,8 @@ Invariants protected here:
   is handed out by one conditional UPDATE that only one caller can win;
 - only the holder of the current probe token moves a circuit out of HALF_OPEN;
 - the consecutive-failure count is updated under the row lock, so concurrent failures are
-  all counted and exactly one of them opens the circuit.
+  all counted and exactly one of them opens the circuit;
+- every time (opened, cooldown over, probe expiry) is the database's clock.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class CircuitReading:
     consecutive_failures: int
     opened_at: datetime | None
     probe_expires_at: datetime | None
+    # By the database's clock: an OPEN circuit's cooldown (or a probe) has run out.
+    probe_due: bool = False
 
 
 def circuits_list() -> list[CircuitRecord]:
@@ -51,39 +54,38 @@ def circuits_list() -> list[CircuitRecord]:
 
 
 class CircuitRepository:
-    def register(self, *, names: list[str], now: datetime) -> None:
+    def register(self, *, names: list[str]) -> None:
         """Makes sure each named circuit has a row (CLOSED when new), so all are listed."""
-        self._execute("circuit_register", names=names, now=now)
+        self._execute("circuit_register", names=names)
 
-    def read(self, *, name: str) -> CircuitReading | None:
-        rows = self._fetch("circuit_read", name=name)
+    def read(self, *, name: str, cooldown_s: float) -> CircuitReading | None:
+        rows = self._fetch("circuit_read", name=name, cooldown_s=cooldown_s)
         return CircuitReading(*rows[0]) if rows else None
 
     def probe_take(
-        self, *, name: str, now: datetime, cooldown_s: float, probe_timeout_s: float
+        self, *, name: str, cooldown_s: float, probe_timeout_s: float
     ) -> uuid.UUID | None:
         """The probe token if this caller won the probe; None if another caller holds it or
         the cooldown has not passed."""
         rows = self._fetch(
             "circuit_probe_take",
             name=name,
-            now=now,
             cooldown_s=cooldown_s,
             probe_timeout_s=probe_timeout_s,
         )
         return rows[0][0] if rows else None
 
-    def probe_finished(self, *, name: str, token: uuid.UUID, failed: bool, now: datetime) -> bool:
+    def probe_finished(self, *, name: str, token: uuid.UUID, failed: bool) -> bool:
         """Closes (or, when `failed`, reopens) the circuit; False when the token is no longer
         the current probe's (it expired and was taken over)."""
         statement = "circuit_probe_failed" if failed else "circuit_probe_succeeded"
-        return self._execute(statement, name=name, token=token, now=now) == 1
+        return self._execute(statement, name=name, token=token) == 1
 
-    def succeeded(self, *, name: str, now: datetime) -> None:
-        self._execute("circuit_succeeded", name=name, now=now)
+    def succeeded(self, *, name: str) -> None:
+        self._execute("circuit_succeeded", name=name)
 
-    def failed(self, *, name: str, threshold: int, now: datetime) -> None:
-        self._execute("circuit_failed", name=name, threshold=threshold, now=now)
+    def failed(self, *, name: str, threshold: int) -> None:
+        self._execute("circuit_failed", name=name, threshold=threshold)
 
     @staticmethod
     def _fetch(query: str, /, **params: Any) -> list[tuple]:

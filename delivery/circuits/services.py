@@ -19,7 +19,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from delivery.circuits.models import CircuitState
 from delivery.circuits.repositories import CircuitReading, CircuitRepository
@@ -48,21 +47,12 @@ class Refused:
     reason: str
 
 
-def circuit_probe_due(reading: CircuitReading, *, now: datetime, policy: CircuitPolicy) -> bool:
-    """Whether an OPEN circuit's cooldown (or a HALF_OPEN circuit's probe) has run out."""
-    if reading.state == CircuitState.OPEN:
-        return now - reading.opened_at >= timedelta(seconds=policy.cooldown_s)
-    if reading.state == CircuitState.HALF_OPEN:
-        return reading.probe_expires_at <= now
-    return False
-
-
 def circuits_register(
-    circuits: list[Circuit], *, now: datetime, repository: CircuitRepository | None = None
+    circuits: list[Circuit], *, repository: CircuitRepository | None = None
 ) -> None:
     """Gives each circuit its row, so every provider is listed before any of them fails."""
     if circuits:
-        (repository or CircuitRepository()).register(names=[c.name for c in circuits], now=now)
+        (repository or CircuitRepository()).register(names=[c.name for c in circuits])
 
 
 class Circuit:
@@ -80,14 +70,13 @@ class Circuit:
         self._reading: CircuitReading | None = None
         self._read_at = -math.inf
 
-    def admit(self, *, now: datetime) -> Allowed | Refused:
+    def admit(self) -> Allowed | Refused:
         reading = self._current()
         if reading is None or reading.state == CircuitState.CLOSED:
             return Allowed()
-        if circuit_probe_due(reading, now=now, policy=self.policy):
+        if reading.probe_due:
             token = self.repository.probe_take(
                 name=self.name,
-                now=now,
                 cooldown_s=self.policy.cooldown_s,
                 probe_timeout_s=self.policy.probe_timeout_s,
             )
@@ -96,25 +85,27 @@ class Circuit:
                 return Allowed(probe_token=token)
         return Refused(f"circuit open: {self.name} is failing; the provider was not called")
 
-    def record(self, admission: Allowed, result: ProviderResult, *, now: datetime) -> None:
+    def record(self, admission: Allowed, result: ProviderResult) -> None:
         failed = isinstance(result, TemporaryFailure)
         if admission.probe_token is not None:
             self.repository.probe_finished(
-                name=self.name, token=admission.probe_token, failed=failed, now=now
+                name=self.name, token=admission.probe_token, failed=failed
             )
             self._forget()
         elif failed:
-            self.repository.failed(name=self.name, threshold=self.policy.threshold, now=now)
+            self.repository.failed(name=self.name, threshold=self.policy.threshold)
             self._forget()  # the next call sees the new count, or the circuit open
         elif self._failure_run_seen():
             # Only a success that ends a failure run writes; the common case costs nothing.
-            self.repository.succeeded(name=self.name, now=now)
+            self.repository.succeeded(name=self.name)
             self._forget()
 
     def _current(self) -> CircuitReading | None:
         with self._lock:
             if time.monotonic() - self._read_at >= self.policy.read_ttl_s:
-                self._reading = self.repository.read(name=self.name)
+                self._reading = self.repository.read(
+                    name=self.name, cooldown_s=self.policy.cooldown_s
+                )
                 self._read_at = time.monotonic()
             return self._reading
 

@@ -135,10 +135,11 @@ SELECT count(*) FROM (
 -- An operator sends one FAILED or DEAD_LETTERED row back to the queue with a fresh set of
 -- attempts, due now. The status guard makes this safe against a second operator (or a
 -- double click): only the first UPDATE finds the row in a retryable status. last_error is
--- kept so the history stays readable; the wake-up trigger NOTIFYs idle workers.
+-- kept so the history stays readable; the wake-up trigger NOTIFYs idle workers. Due now by
+-- the database's clock (the operator's `now` only stamps the record of who retried when).
 UPDATE notification
    SET status = 'PENDING',
-       due_at = %(now)s,
+       due_at = notifyqueue_now(),
        attempt_count = 0,
        operator_retries = operator_retries + 1,
        last_retried_at = %(now)s,
@@ -169,7 +170,7 @@ WITH chosen AS (
 )
 UPDATE notification AS n
    SET status = 'PENDING',
-       due_at = %(now)s,
+       due_at = notifyqueue_now(),
        attempt_count = 0,
        operator_retries = n.operator_retries + 1,
        last_retried_at = %(now)s,

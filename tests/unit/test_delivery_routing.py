@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import random
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from delivery.circuits.repositories import CircuitReading
-from delivery.circuits.services import CircuitPolicy, circuit_probe_due
 from delivery.models import Outcome
 from delivery.providers.base import Accepted, PermanentFailure, TemporaryFailure
 from delivery.repositories import Claim, Finish
@@ -133,14 +131,3 @@ def test_recheck_with_nothing_allowed_suppresses_and_gives_the_attempt_back():
     assert isinstance(rechecked, Finish)
     assert (rechecked.status, rechecked.attempt_delta) == (Status.SUPPRESSED, -1)
     assert rechecked.error.startswith("suppressed:")
-
-
-def test_probe_is_due_after_the_cooldown_or_when_a_probe_expired():
-    policy = CircuitPolicy(threshold=3, cooldown_s=30, probe_timeout_s=20)
-    opened = CircuitReading("OPEN", 3, NOW, None)
-    assert not circuit_probe_due(opened, now=NOW + timedelta(seconds=29.9), policy=policy)
-    assert circuit_probe_due(opened, now=NOW + timedelta(seconds=30), policy=policy)
-    probing = CircuitReading("HALF_OPEN", 3, NOW, NOW + timedelta(seconds=20))
-    assert not circuit_probe_due(probing, now=NOW + timedelta(seconds=19), policy=policy)
-    assert circuit_probe_due(probing, now=NOW + timedelta(seconds=20), policy=policy)
-    assert not circuit_probe_due(CircuitReading("CLOSED", 2, None, None), now=NOW, policy=policy)

@@ -1,13 +1,18 @@
 -- The circuit breakers' SQL. `CircuitRepository` is its only user. Each statement is one
--- round trip and decides its race inside PostgreSQL; `now` is always a parameter.
+-- round trip and decides its race inside PostgreSQL, on the database's clock
+-- (notifyqueue_now()): a worker whose own clock is off neither probes early nor waits late.
 
 -- name: circuit_register
 INSERT INTO circuit_breaker (name, state, consecutive_failures, updated_at)
-SELECT name, 'CLOSED', 0, %(now)s FROM unnest(%(names)s::text[]) AS name
+SELECT name, 'CLOSED', 0, notifyqueue_now() FROM unnest(%(names)s::text[]) AS name
 ON CONFLICT (name) DO NOTHING;
 
 -- name: circuit_read
-SELECT state, consecutive_failures, opened_at, probe_expires_at
+-- probe_due: an OPEN circuit's cooldown, or a HALF_OPEN circuit's probe, has run out.
+SELECT state, consecutive_failures, opened_at, probe_expires_at,
+       coalesce((state = 'OPEN'
+                 AND opened_at <= notifyqueue_now() - make_interval(secs => %(cooldown_s)s))
+                OR (state = 'HALF_OPEN' AND probe_expires_at <= notifyqueue_now()), false)
 FROM circuit_breaker WHERE name = %(name)s;
 
 -- name: circuit_probe_take
@@ -18,25 +23,25 @@ FROM circuit_breaker WHERE name = %(name)s;
 UPDATE circuit_breaker
 SET state = 'HALF_OPEN',
     probe_token = gen_random_uuid(),
-    probe_expires_at = %(now)s + make_interval(secs => %(probe_timeout_s)s),
-    updated_at = %(now)s
+    probe_expires_at = notifyqueue_now() + make_interval(secs => %(probe_timeout_s)s),
+    updated_at = notifyqueue_now()
 WHERE name = %(name)s
-  AND ((state = 'OPEN' AND opened_at <= %(now)s - make_interval(secs => %(cooldown_s)s))
-       OR (state = 'HALF_OPEN' AND probe_expires_at <= %(now)s))
+  AND ((state = 'OPEN' AND opened_at <= notifyqueue_now() - make_interval(secs => %(cooldown_s)s))
+       OR (state = 'HALF_OPEN' AND probe_expires_at <= notifyqueue_now()))
 RETURNING probe_token;
 
 -- name: circuit_probe_succeeded
 -- Only the current probe's holder may close the circuit.
 UPDATE circuit_breaker
 SET state = 'CLOSED', consecutive_failures = 0, opened_at = NULL,
-    probe_token = NULL, probe_expires_at = NULL, updated_at = %(now)s
+    probe_token = NULL, probe_expires_at = NULL, updated_at = notifyqueue_now()
 WHERE name = %(name)s AND state = 'HALF_OPEN' AND probe_token = %(token)s;
 
 -- name: circuit_probe_failed
 -- The probe failed: OPEN again, with a fresh cooldown from now.
 UPDATE circuit_breaker
-SET state = 'OPEN', opened_at = %(now)s, consecutive_failures = consecutive_failures + 1,
-    probe_token = NULL, probe_expires_at = NULL, updated_at = %(now)s
+SET state = 'OPEN', opened_at = notifyqueue_now(), consecutive_failures = consecutive_failures + 1,
+    probe_token = NULL, probe_expires_at = NULL, updated_at = notifyqueue_now()
 WHERE name = %(name)s AND state = 'HALF_OPEN' AND probe_token = %(token)s;
 
 -- name: circuit_succeeded
@@ -44,7 +49,7 @@ WHERE name = %(name)s AND state = 'HALF_OPEN' AND probe_token = %(token)s;
 -- was no run (the common case), and ignores a late success once the circuit has opened:
 -- only a probe closes an open circuit.
 UPDATE circuit_breaker
-SET consecutive_failures = 0, updated_at = %(now)s
+SET consecutive_failures = 0, updated_at = notifyqueue_now()
 WHERE name = %(name)s AND state = 'CLOSED' AND consecutive_failures > 0;
 
 -- name: circuit_failed
@@ -55,14 +60,14 @@ INSERT INTO circuit_breaker AS c (name, state, consecutive_failures, opened_at, 
 VALUES (%(name)s,
         CASE WHEN %(threshold)s::int <= 1 THEN 'OPEN' ELSE 'CLOSED' END,
         1,
-        CASE WHEN %(threshold)s::int <= 1 THEN %(now)s::timestamptz END,
-        %(now)s)
+        CASE WHEN %(threshold)s::int <= 1 THEN notifyqueue_now() END,
+        notifyqueue_now())
 ON CONFLICT (name) DO UPDATE
 SET consecutive_failures = c.consecutive_failures + 1,
     state = CASE WHEN c.consecutive_failures + 1 >= %(threshold)s::int THEN 'OPEN'
                  ELSE 'CLOSED' END,
     opened_at = CASE WHEN c.consecutive_failures + 1 >= %(threshold)s::int
-                     THEN %(now)s::timestamptz END,
+                     THEN notifyqueue_now() END,
     updated_at = excluded.updated_at
 WHERE c.state = 'CLOSED';
 
