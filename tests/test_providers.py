@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from aiosmtpd.controller import Controller
-from django.utils import timezone
 
 from delivery.circuits.services import Allowed, Circuit, CircuitPolicy, circuits_register
 from delivery.providers.base import Accepted, Message, PermanentFailure, TemporaryFailure
@@ -423,14 +422,14 @@ def test_content_errors_never_open_the_shared_email_circuit(smtp_server):
     handler = smtp_server()
     provider = SmtpProvider(timeout_s=5)
     circuit = Circuit("email:smtp", CircuitPolicy(threshold=2, cooldown_s=60, probe_timeout_s=20))
-    circuits_register([circuit], now=timezone.now())
+    circuits_register([circuit])
     for _ in range(5):
-        admission = circuit.admit(now=timezone.now())
+        admission = circuit.admit()
         assert isinstance(admission, Allowed)
         bad = Message(uuid.uuid4(), "email", "ada@example.com", "x\r\nBcc: all", "b", {})
-        circuit.record(admission, provider.send(bad), now=timezone.now())
+        circuit.record(admission, provider.send(bad))
 
-    admission = circuit.admit(now=timezone.now())
+    admission = circuit.admit()
     assert isinstance(admission, Allowed) and admission.probe_token is None
     assert isinstance(provider.send(message("bob@example.com")), Accepted)
     assert len(handler.messages) == 1
