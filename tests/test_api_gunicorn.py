@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from rest_framework.test import APIClient
+
+from tests.gunicorn_server import gunicorn_environment, gunicorn_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN_WORKERS = 3
@@ -30,49 +26,15 @@ RATE_LIMIT = 6
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server(database_url):
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "gunicorn", "-c", ROOT / "notifyqueue" / "gunicorn.conf.py"),
-            *("--bind", f"127.0.0.1:{port}", "--workers", str(GUNICORN_WORKERS)),
-        ],
-        cwd=ROOT,
-        env={
-            **env,
-            "DATABASE_URL": database_url,
-            "NOTIFYQUEUE_API_RATE_LIMIT": str(RATE_LIMIT),
-            "NOTIFYQUEUE_API_RATE_LIMIT_WINDOW_SECONDS": "3600",
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    env = gunicorn_environment(
+        DATABASE_URL=database_url,
+        NOTIFYQUEUE_API_RATE_LIMIT=str(RATE_LIMIT),
+        NOTIFYQUEUE_API_RATE_LIMIT_WINDOW_SECONDS="3600",
     )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "gunicorn did not start"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2):
-                    break
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                time.sleep(0.2)
-        yield port
-    finally:
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=30)
-    assert process.returncode == 0, output
+    with gunicorn_serving(env, workers=GUNICORN_WORKERS) as base:
+        yield int(base.rsplit(":", 1)[1])
 
 
 def get(port: int, path: str, key: str) -> tuple[int, dict, dict]:

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.gunicorn_server import gunicorn_environment, gunicorn_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN_WORKERS = 3
@@ -29,12 +25,6 @@ CREATES_PER_ROUND = 3
 SCRAPES_PER_ROUND = 4
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def counters(text: str) -> dict[tuple[str, frozenset], float]:
@@ -50,36 +40,10 @@ def counters(text: str) -> dict[tuple[str, frozenset], float]:
 
 @pytest.fixture
 def gunicorn(database_url):
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "gunicorn", "-c", ROOT / "notifyqueue" / "gunicorn.conf.py"),
-            *("--bind", f"127.0.0.1:{port}", "--workers", str(GUNICORN_WORKERS)),
-        ],
-        cwd=ROOT,
-        env={**env, "DATABASE_URL": database_url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "gunicorn did not start"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2):
-                    break
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=30)
-    assert process.returncode == 0, output
+    with gunicorn_serving(
+        gunicorn_environment(DATABASE_URL=database_url), workers=GUNICORN_WORKERS
+    ) as base:
+        yield base
 
 
 def test_every_counter_is_monotonic_and_true_across_workers(gunicorn, make_client):

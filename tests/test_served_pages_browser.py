@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from tests.factories import ClientFactory, NotificationFactory
+from tests.gunicorn_server import gunicorn_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -59,12 +58,6 @@ def chromium():
     return str(CHROMIUM)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def production_server(database_url, tmp_path):
     """gunicorn with production settings and collected static files; yields its base URL."""
@@ -89,36 +82,9 @@ def production_server(database_url, tmp_path):
         env=env,
         check=True,
     )
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "gunicorn", "-c", ROOT / "notifyqueue" / "gunicorn.conf.py"),
-            *("--bind", f"127.0.0.1:{port}", "--workers", "2"),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "gunicorn did not start"
-            try:
-                with urllib.request.urlopen(f"{base}/status", timeout=2):
-                    break
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                time.sleep(0.2)
+    with gunicorn_serving(env, workers=2) as base:
         yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=30)
-        other_sessions_wait_gone()
+    other_sessions_wait_gone()
 
 
 def other_sessions_wait_gone(timeout_s: float = 10.0) -> None:

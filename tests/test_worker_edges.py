@@ -19,7 +19,13 @@ from ratelimits.repositories import RateLimitRepository
 from tests.clock import DbClock
 from tests.factories import ClientFactory, NotificationFactory
 from tests.test_preferences_delivery import create, hooked, preferences  # noqa: F401
-from tests.test_ratelimits import limited_worker, rate_key, step_until_idle, window_count
+from tests.test_ratelimits import (  # noqa: F401 (workers is a fixture)
+    limited_worker,
+    rate_key,
+    step_until_idle,
+    window_count,
+    workers,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,15 +37,6 @@ WINDOW_S = 60.0
 def clock():
     # A second ahead, so rows the factories stamp with the test's own clock are due.
     return DbClock(timezone.now() + timedelta(seconds=1))
-
-
-@pytest.fixture
-def workers():
-    started = []
-    yield started.append
-    for worker in started:
-        worker.stop()
-        worker._shutdown()
 
 
 def test_a_result_the_batch_cannot_write_is_written_alone_and_an_unwritable_one_dead_letters():
