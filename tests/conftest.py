@@ -64,3 +64,13 @@ def _database_clock_restored(django_db_blocker):
     if DbClock.installed:
         with django_db_blocker.unblock():
             DbClock.restore()
+
+
+@pytest.fixture
+def workers():
+    """Register in-process workers (`workers(worker)`); each is stopped and shut down after."""
+    started = []
+    yield started.append
+    for worker in started:
+        worker.stop()
+        worker._shutdown()

@@ -56,15 +56,6 @@ def clock():
     return clock
 
 
-@pytest.fixture
-def workers():
-    started = []
-    yield started.append
-    for worker in started:
-        worker.stop()
-        worker._shutdown()
-
-
 def rate_key(recipient: str, *, channel: str = "email", client_id=None) -> bytes:
     """ratelimit_key() of migration ratelimits 0003, as the window table stores it."""
     key = f"in_app:{client_id}:{recipient}" if channel == "in_app" else recipient

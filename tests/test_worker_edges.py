@@ -19,13 +19,7 @@ from ratelimits.repositories import RateLimitRepository
 from tests.clock import DbClock
 from tests.factories import ClientFactory, NotificationFactory
 from tests.test_preferences_delivery import create, hooked, preferences  # noqa: F401
-from tests.test_ratelimits import (  # noqa: F401 (workers is a fixture)
-    limited_worker,
-    rate_key,
-    step_until_idle,
-    window_count,
-    workers,
-)
+from tests.test_ratelimits import limited_worker, rate_key, step_until_idle, window_count
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
