@@ -155,3 +155,35 @@ def test_run_worker_refuses_a_claim_timeout_shorter_than_twice_the_provider_time
     settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS = 10
     with pytest.raises(CommandError, match="must be at least twice"):
         call_command("run_worker", "--until-empty")
+
+
+def test_an_error_after_the_provider_answered_still_records_the_answer(workers):
+    """The fallback look-up raises after the provider rejected the message: the answer is
+    recorded anyway (FAILED, as if no fallback were left) instead of dropped to wait out the
+    claim timeout and cost another attempt."""
+    from delivery.providers.base import PermanentFailure
+    from tests.delivery_helpers import worker_build
+
+    class BrokenRouter:
+        def route_current(self, claim):
+            raise AssertionError("not a preference-mode notification")
+
+        def route_next(self, claim):
+            raise RuntimeError("preferences unreadable")
+
+    class Rejecting:
+        name = "rejecting"
+
+        def send(self, message):
+            return PermanentFailure("no such mailbox")
+
+    notification = NotificationFactory(fallback_channels=["sms"])
+    worker = worker_build(providers={"email": Rejecting()}, concurrency=1)
+    worker.router = BrokenRouter()
+    workers(worker)
+    assert worker.run_once().claimed == 1
+    while worker.run_once(wait_s=0.5).in_flight:
+        pass
+    notification.refresh_from_db()
+    assert (notification.status, notification.last_error) == (Status.FAILED, "no such mailbox")
+    assert DeliveryAttempt.objects.get().outcome == Outcome.PERMANENT_FAILURE
