@@ -1,6 +1,6 @@
 """Notify Queue's benchmark, beside procrastinate and pgqueuer on one PostgreSQL.
 
-Ingest, drain, slow provider, latency and history, all in one command:
+Ingest, drain, slow provider, fairness, latency and history, all in one command:
 
     python3 dev.py bench [--quick] [--repeats 3] [--backlog 200000] [--large-backlog] ...
 
@@ -71,6 +71,12 @@ class Config:
     slow_concurrency: int
     latency_rate: float
     latency_seconds: float
+    # fairness: one client floods `fairness_flood` rows, then each of the others creates
+    # `fairness_quiet`, all at NORMAL priority, drained by `fairness_workers` processes.
+    fairness_clients: int
+    fairness_flood: int
+    fairness_quiet: int
+    fairness_workers: int
     worker_concurrency: int
     worker_batch: int
     api_workers: int
@@ -83,7 +89,7 @@ class Config:
     port: int
 
 
-SECTIONS = ("ingest", "batch", "drain", "slow", "latency", "history")
+SECTIONS = ("ingest", "batch", "drain", "slow", "fairness", "latency", "history")
 
 
 def config_parse(argv: list[str]) -> Config:
@@ -108,6 +114,29 @@ def config_parse(argv: list[str]) -> Config:
         "--history-rows",
         type=int,
         help="finished rows for the history run (default the backlog size)",
+    )
+    parser.add_argument(
+        "--fairness-flood",
+        type=int,
+        help="rows the flooding client creates in the fairness run (default 20,000; quick 5,000)",
+    )
+    parser.add_argument(
+        "--fairness-quiet",
+        type=int,
+        default=50,
+        help="rows each other client creates in the fairness run (default 50)",
+    )
+    parser.add_argument(
+        "--fairness-clients",
+        type=int,
+        default=10,
+        help="clients in the fairness run, the flooder included (default 10)",
+    )
+    parser.add_argument(
+        "--fairness-workers",
+        type=int,
+        default=2,
+        help="run_worker processes in the fairness run (default 2)",
     )
     parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
     parser.add_argument("--api-workers", type=int, default=4)
@@ -142,6 +171,10 @@ def config_parse(argv: list[str]) -> Config:
         slow_concurrency=args.slow_concurrency,
         latency_rate=args.latency_rate,
         latency_seconds=5 if quick else 10,
+        fairness_clients=max(2, args.fairness_clients),
+        fairness_flood=args.fairness_flood or (5_000 if quick else 20_000),
+        fairness_quiet=args.fairness_quiet,
+        fairness_workers=args.fairness_workers,
         worker_concurrency=args.worker_concurrency,
         worker_batch=args.worker_batch,
         api_workers=args.api_workers,
@@ -785,6 +818,8 @@ class Bench:
         self.server = server_find(config)
         self.checks: list[str] = []
         self.problems: list[str] = []
+        # The fairness run's clients, made on first use: the flooder, then the quiet ones.
+        self.fair_rows: list[Rows] = []
 
     def figure(self, key: str, name: str, unit: str, **kwargs) -> Figure:
         if key not in self.figures:
@@ -840,6 +875,8 @@ class Bench:
                     self.drain(r, workers)
             if "slow" in c.sections:
                 self.slow_provider(r)
+            if "fairness" in c.sections:
+                self.fairness(r)
         if "latency" in c.sections:
             with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0"):
                 for r in range(c.repeats):
@@ -1020,6 +1057,126 @@ class Bench:
         f.ours.append(rate)
         log(f"{f.name}: {rate:,.0f}/s (target {bound:,.0f}/s)")
 
+    def fairness_clients(self) -> list[Rows]:
+        """The fairness run's clients (made with create_client): the flooder first."""
+        c = self.config
+        if not self.fair_rows:
+            names = ["fair-flood"] + [f"fair-quiet-{n}" for n in range(1, c.fairness_clients)]
+            for name in names:
+                manage(c, self.server, "create_client", name)
+            with self.server.connect(DATABASES["ours"]) as conn:
+                ids = dict(
+                    conn.execute(
+                        "SELECT name, id::text FROM clients_client WHERE name = ANY(%s)", [names]
+                    ).fetchall()
+                )
+            self.fair_rows = [Rows(self.server, ids[name]) for name in names]
+        return self.fair_rows
+
+    def fairness(self, r: int) -> None:
+        """One client floods a backlog at NORMAL, then every other client creates a few rows at
+        NORMAL, while workers drain (running before the first create). Every time is the
+        database clock's: created_at and sent_at of each row."""
+        c = self.config
+        flooder, *quiet = self.fairness_clients()
+        prefix = f"fair{r}"
+        processes = workers_start(c, self.server, c.fairness_workers, until_empty=False)
+        time.sleep(3)  # the workers are listening before the first create
+        log(
+            f"fairness: client 1 creates {c.fairness_flood:,} rows, then {len(quiet)} clients "
+            f"{c.fairness_quiet} each, all NORMAL; {c.fairness_workers} workers"
+        )
+        flooder.create(f"{prefix}-flood", c.fairness_flood)
+        for n, rows in enumerate(quiet, 1):
+            rows.create(f"{prefix}-quiet{n}", c.fairness_quiet)
+        total = c.fairness_flood + len(quiet) * c.fairness_quiet
+        deadline = time.monotonic() + 900
+        while self.rows.waiting(prefix) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        processes_stop(processes)
+        with self.server.connect(DATABASES["ours"]) as conn:
+            rows = conn.execute(
+                "SELECT idempotency_key LIKE %s, extract(epoch FROM created_at)::float8, "
+                "extract(epoch FROM sent_at)::float8 FROM notification "
+                "WHERE idempotency_key LIKE %s ORDER BY created_at, idempotency_key",
+                [f"{prefix}-flood-%", f"{prefix}-%"],
+            ).fetchall()
+        unsent = sum(1 for _, _, sent in rows if sent is None)
+        if unsent or len(rows) != total:
+            self.problems.append(
+                f"fairness run {r}: {unsent} of {len(rows)} rows not sent ({total} created)"
+            )
+            return
+        start = rows[0][1]  # the flood's first create
+        first_sent = min(sent for _, _, sent in rows)
+        last_sent = max(sent for _, _, sent in rows)
+        rate = len(rows) / max(last_sent - first_sent, 1e-3)
+        flood_waits = [1000 * (sent - made) for flood, made, sent in rows if flood]
+        quiet_waits = [1000 * (sent - made) for flood, made, sent in rows if not flood]
+        quiet_done = max(sent for flood, _, sent in rows if not flood)
+        share = 100 * (quiet_done - start) / (last_sent - start)
+        # Strict oldest-first order, at the rate just measured: the rows leave in creation
+        # order, the k-th at first_sent + k / rate, so the quiet rows wait behind the flood.
+        fifo_waits = [
+            1000 * (max(first_sent + k / rate, made) - made)
+            for k, (flood, made, _) in enumerate(rows)
+            if not flood
+        ]
+        stats = {
+            "p50": lambda v: percentile(v, 50),
+            "p99": lambda v: percentile(v, 99),
+            "max": max,
+        }
+        quiet_name = f"{len(quiet)} quiet clients' rows ({c.fairness_quiet} each)"
+        for stat, pick in stats.items():
+            self.figure(
+                f"fair-quiet-{stat}",
+                f"fairness: {quiet_name}, created → SENT, {stat}",
+                "ms (lower is better)",
+                note=(
+                    f"fairness: {c.fairness_clients} clients, all NORMAL; one creates "
+                    f"{c.fairness_flood:,} rows, then each other client {c.fairness_quiet}; "
+                    f"{c.fairness_workers} workers drain. The ratio column compares the quiet "
+                    "clients' wait with what strict oldest-first order would have given (a "
+                    "model: every row leaves in creation order at the rate measured, from the "
+                    "first row sent)"
+                )
+                if stat == "p50"
+                else "",
+                versus=f"fair-fifo-{stat}",
+            ).ours.append(pick(quiet_waits))
+        for stat, pick in stats.items():
+            self.figure(
+                f"fair-fifo-{stat}",
+                f"fairness: the same, if claimed oldest-first (model), {stat}",
+                "ms",
+            ).ours.append(pick(fifo_waits))
+        for stat, pick in stats.items():
+            self.figure(
+                f"fair-flood-{stat}",
+                f"fairness: the flooding client's rows, created → SENT, {stat}",
+                "ms",
+            ).ours.append(pick(flood_waits))
+        self.figure(
+            "fair-quiet-done",
+            f"fairness: {quiet_name} all SENT, share of the drain (from the flood's first "
+            "create to the last row SENT; oldest-first: 100 %)",
+            "% (lower is better)",
+        ).ours.append(share)
+        self.figure(
+            "fair-rate",
+            f"fairness: drain rate, {c.fairness_workers} workers, {c.fairness_clients} clients",
+            "notifications/s",
+        ).ours.append(rate)
+        log(
+            f"fairness: quiet p50 {percentile(quiet_waits, 50):,.0f} ms, p99 "
+            f"{percentile(quiet_waits, 99):,.0f} ms, max {max(quiet_waits):,.0f} ms; flooder p50 "
+            f"{percentile(flood_waits, 50):,.0f} ms, max {max(flood_waits):,.0f} ms; quiet all "
+            f"SENT at {share:.1f} % of the drain ({quiet_done - start:.1f} of "
+            f"{last_sent - start:.1f} s); drain {rate:,.0f}/s; oldest-first would give quiet p50 "
+            f"{percentile(fifo_waits, 50):,.0f} ms, max {max(fifo_waits):,.0f} ms"
+        )
+
     def latency(self, r: int) -> None:
         c = self.config
         prefix = f"latency{r}"
@@ -1108,7 +1265,7 @@ class Bench:
     def exactly_once_check(self) -> None:
         """Every notification the benchmark delivered is SENT, with one successful attempt
         and (simulated provider) one send."""
-        delivered = ("drain%", "slow%", "latency%", "history%drain%")
+        delivered = ("drain%", "slow%", "fair%", "latency%", "history%drain%")
         with self.server.connect(DATABASES["ours"]) as conn:
             where = " OR ".join("n.idempotency_key LIKE %s" for _ in delivered)
             total, not_sent = conn.execute(
