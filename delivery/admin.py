@@ -12,7 +12,32 @@ from django.utils import timezone
 from delivery.models import DeliveryAttempt, WorkerHeartbeat
 from monitoring.paginators import EstimatedCountPaginator
 from monitoring.services import worker_live_window_s
-from notifyqueue.admin import ReadOnlyAdmin
+from notifications.admin import notification_inline_add
+from notifyqueue.admin import ReadOnlyAdmin, ReadOnlyInline
+
+NOTIFICATION_ATTEMPT_FIELDS = (
+    "number",
+    "channel",
+    "worker",
+    "started_at",
+    "finished_at",
+    "outcome",
+    "error",
+    "provider_message_id",
+)
+
+
+class DeliveryAttemptInline(ReadOnlyInline):
+    """A notification's attempts, on its admin page."""
+
+    model = DeliveryAttempt
+    fields = NOTIFICATION_ATTEMPT_FIELDS
+    readonly_fields = NOTIFICATION_ATTEMPT_FIELDS
+    ordering = ("started_at", "id")
+    verbose_name_plural = "delivery attempts"
+
+
+notification_inline_add(DeliveryAttemptInline)
 
 
 @admin.register(DeliveryAttempt)

@@ -23,6 +23,7 @@ from delivery.models import Outcome
 from delivery.providers.base import Accepted, PermanentFailure, ProviderResult, TemporaryFailure
 from delivery.repositories import Claim, Finish
 from notifications.models import Status
+from preferences.services import Route
 
 
 @dataclass(frozen=True)
@@ -35,18 +36,6 @@ class RetryPolicy:
         never more than max_s. Attempt 1 waits 0.5-1 s at the default base of 0.5 s."""
         low = self.base_s * 2 ** (failed_attempt - 1)
         return min(rng.uniform(low, 2 * low), self.max_s)
-
-
-@dataclass(frozen=True)
-class Route:
-    """A channel a preference-mode notification may go out on now, with what to send there."""
-
-    channel: str
-    recipient: str
-    subject: str
-    body: str
-    # What is left to try after this channel, in the user's order.
-    fallback_channels: tuple[str, ...]
 
 
 class Router(Protocol):

@@ -1,6 +1,6 @@
 """The operator's console: the notification list (the dead-letter queue is one click on the
-status filter), each notification with its attempts and webhook events, and the retry and
-cancel actions.
+status filter), each notification with its attempts and webhook events (inlines added by the
+delivery and webhooks apps), and the retry and cancel actions.
 
 The actions call the same services as the API (`notification_retry`, `notification_cancel`),
 so the rules live in one place; each needs its own permission, reports what changed and why
@@ -21,62 +21,25 @@ from collections import Counter
 
 from django.contrib import admin, messages
 from django.db.models import Q
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from delivery.models import DeliveryAttempt
 from monitoring.paginators import EstimatedCountPaginator
 from notifications import services
 from notifications.models import Notification
-from notifyqueue.admin import ReadOnlyAdmin, ReadOnlyInline
-from webhooks.models import WebhookEvent
+from notifyqueue.admin import ReadOnlyAdmin
+
+
+def notification_inline_add(inline: type[admin.options.InlineModelAdmin]) -> None:
+    """Shows another app's rows on the notification page (delivery's attempts, webhooks'
+    events). Those apps sit above notifications (docs/technical-design.md, Layers), so each
+    adds its own inline from its admin.py instead of this module importing their models."""
+    NotificationAdmin.inlines = [*NotificationAdmin.inlines, inline]
+
 
 # One admin action changes at most this many rows, one guarded write each; a larger clean-up
 # is the bulk endpoint's or the retry_notifications command's job.
 ACTION_LIMIT = 1000
-
-ATTEMPT_FIELDS = (
-    "number",
-    "channel",
-    "worker",
-    "started_at",
-    "finished_at",
-    "outcome",
-    "error",
-    "provider_message_id",
-)
-WEBHOOK_FIELDS = (
-    "event_link",
-    "status",
-    "state",
-    "delivery_attempts",
-    "last_status_code",
-    "last_error",
-    "next_attempt_at",
-    "delivered_at",
-)
-
-
-class DeliveryAttemptInline(ReadOnlyInline):
-    model = DeliveryAttempt
-    fields = ATTEMPT_FIELDS
-    readonly_fields = ATTEMPT_FIELDS
-    ordering = ("started_at", "id")
-    verbose_name_plural = "delivery attempts"
-
-
-class WebhookEventInline(ReadOnlyInline):
-    model = WebhookEvent
-    fields = WEBHOOK_FIELDS
-    readonly_fields = WEBHOOK_FIELDS
-    ordering = ("created_at",)
-    verbose_name_plural = "webhook events"
-
-    @admin.display(description="event")
-    def event_link(self, event: WebhookEvent) -> str:
-        url = reverse("admin:webhooks_webhookevent_change", args=[event.pk])
-        return format_html('<a href="{}">{}</a>', url, event.pk)
 
 
 @admin.register(Notification)
@@ -106,7 +69,8 @@ class NotificationAdmin(ReadOnlyAdmin):
     paginator = EstimatedCountPaginator
     list_per_page = 100
     actions = ["retry_selected", "cancel_selected"]
-    inlines = [DeliveryAttemptInline, WebhookEventInline]
+    # Filled by the apps whose rows these are (notification_inline_add).
+    inlines = []
     fieldsets = (
         (None, {"fields": ("id", "client", "status", "channel", "recipient", "priority_name")}),
         ("Content", {"fields": ("subject", "body", "metadata", "user_id", "template", "payload")}),

@@ -56,6 +56,7 @@ from notifications.repositories import (
 )
 from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
 from notifyqueue.vocabulary import MAX_BODY_BYTES
+from preferences.services import RenderedContent
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
 # How long a client over its backlog limit is told to wait: long enough for workers to drain a
@@ -135,17 +136,6 @@ class NotificationRequest:
     template: str | None = None
     payload: dict[str, Any] | None = None
     user_id: str | None = None
-
-
-@dataclass(frozen=True)
-class RenderedContent:
-    """Where and what to send once any template and preferences have been applied."""
-
-    channel: str
-    recipient: str
-    subject: str
-    body: str
-    fallback_channels: list[str] = field(default_factory=list)
 
 
 class TemplateRenderer(Protocol):

@@ -23,16 +23,13 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
 from rest_framework import status as http
 
-from delivery.repositories import Claim
-from delivery.services import Route
-from notifications.services import NotificationRequest, RenderedContent
 from notifyqueue.errors import DomainError, InvalidRequest, NotFound
 from notifyqueue.vocabulary import Channel
 from preferences.repositories import (
@@ -126,6 +123,74 @@ class InboxListPage:
     next_cursor: str | None
 
 
+@dataclass(frozen=True)
+class RenderedContent:
+    """Where and what to send once any template and preferences have been applied."""
+
+    channel: str
+    recipient: str
+    subject: str
+    body: str
+    fallback_channels: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Route:
+    """A channel a preference-mode notification may go out on now, with what to send there."""
+
+    channel: str
+    recipient: str
+    subject: str
+    body: str
+    # What is left to try after this channel, in the user's order.
+    fallback_channels: tuple[str, ...]
+
+
+# The two Protocols below are what this app reads of the notifications app's create request
+# and of the worker's claim; apps above preferences pass their own values in
+# (docs/technical-design.md, Layers).
+
+
+class ContentRequest(Protocol):
+    """A create request to render (notifications' `NotificationRequest` is one)."""
+
+    @property
+    def channel(self) -> str | None: ...
+    @property
+    def recipient(self) -> str | None: ...
+    @property
+    def template(self) -> str | None: ...
+    @property
+    def payload(self) -> dict[str, Any] | None: ...
+    @property
+    def user_id(self) -> str | None: ...
+
+
+class Routable(Protocol):
+    """A claimed preference-mode notification (the worker's `Claim` is one)."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def client_id(self) -> uuid.UUID: ...
+    @property
+    def user_id(self) -> str | None: ...
+    @property
+    def template(self) -> str | None: ...
+    @property
+    def payload(self) -> dict[str, Any] | None: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def recipient(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def body(self) -> str: ...
+    @property
+    def fallback_channels(self) -> tuple[str, ...]: ...
+
+
 class PreferenceStore(Protocol):
     def get(self, *, client_id: uuid.UUID, user_id: str) -> PreferencesRecord | None: ...
 
@@ -205,7 +270,7 @@ class NotificationContent:
         self.preferences = preferences or PreferencesRepository()
         self.templates = templates or TemplateRepository()
 
-    def render(self, *, client_id: uuid.UUID, request: NotificationRequest) -> RenderedContent:
+    def render(self, *, client_id: uuid.UUID, request: ContentRequest) -> RenderedContent:
         event = request.template or ""
         payload = request.payload or {}
         if request.channel is not None:
@@ -269,7 +334,7 @@ class PreferenceRouter:
         self.preferences = preferences or PreferencesRepository()
         self.templates = templates or TemplateRepository()
 
-    def route_current(self, claim: Claim) -> Route | None:
+    def route_current(self, claim: Routable) -> Route | None:
         preferences = self._preferences(claim)
         event = claim.template or ""
         if preferences is None or channel_refusal(preferences, event=event, channel=claim.channel):
@@ -282,7 +347,7 @@ class PreferenceRouter:
             fallback_channels=claim.fallback_channels,
         )
 
-    def route_next(self, claim: Claim) -> Route | None:
+    def route_next(self, claim: Routable) -> Route | None:
         preferences = self._preferences(claim)
         if preferences is None:
             return None
@@ -316,7 +381,7 @@ class PreferenceRouter:
             )
         return None
 
-    def _preferences(self, claim: Claim) -> PreferencesRecord | None:
+    def _preferences(self, claim: Routable) -> PreferencesRecord | None:
         return self.preferences.get(client_id=claim.client_id, user_id=claim.user_id or "")
 
 

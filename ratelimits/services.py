@@ -6,9 +6,10 @@ back. CRITICAL notifications are never held back, but they are counted.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from typing import Protocol
 
-from delivery.repositories import Claim
 from notifyqueue.vocabulary import Priority
 from ratelimits.repositories import Admission, RateLimitRepository
 
@@ -19,8 +20,27 @@ class RateLimit:
     window_s: float
 
 
+class Admittable(Protocol):
+    """What the rule reads of a claimed notification (the worker's `Claim` is one); a
+    Protocol, so this app never imports the worker's types (docs/technical-design.md, Layers).
+    """
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def claim_token(self) -> uuid.UUID: ...
+    @property
+    def client_id(self) -> uuid.UUID: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def recipient(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+
+
 def recipient_admit(
-    claim: Claim, *, rate_limit: RateLimit, repository: RateLimitRepository
+    claim: Admittable, *, rate_limit: RateLimit, repository: RateLimitRepository
 ) -> Admission:
     return repository.recipient_admit(
         channel=claim.channel,

@@ -2,10 +2,13 @@
 a client's page they may rotate its webhook secret."""
 
 from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils.html import format_html
 
 from clients.admin import ClientAdmin
 from clients.models import Client
-from notifyqueue.admin import NoAddOrChange
+from notifications.admin import notification_inline_add
+from notifyqueue.admin import NoAddOrChange, ReadOnlyInline
 from webhooks import services
 from webhooks.models import WebhookDeliveryAttempt, WebhookEvent
 
@@ -28,6 +31,36 @@ class WebhookDeliveryAttemptInline(NoAddOrChange, admin.TabularInline):
     ordering = ("number",)
     extra = 0
     can_delete = False
+
+
+NOTIFICATION_EVENT_FIELDS = (
+    "event_link",
+    "status",
+    "state",
+    "delivery_attempts",
+    "last_status_code",
+    "last_error",
+    "next_attempt_at",
+    "delivered_at",
+)
+
+
+class WebhookEventInline(ReadOnlyInline):
+    """A notification's webhook events, on its admin page."""
+
+    model = WebhookEvent
+    fields = NOTIFICATION_EVENT_FIELDS
+    readonly_fields = NOTIFICATION_EVENT_FIELDS
+    ordering = ("created_at",)
+    verbose_name_plural = "webhook events"
+
+    @admin.display(description="event")
+    def event_link(self, event: WebhookEvent) -> str:
+        url = reverse("admin:webhooks_webhookevent_change", args=[event.pk])
+        return format_html('<a href="{}">{}</a>', url, event.pk)
+
+
+notification_inline_add(WebhookEventInline)
 
 
 @admin.register(WebhookEvent)
