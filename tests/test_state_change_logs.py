@@ -55,6 +55,30 @@ def test_json_formatter_never_lets_the_message_overwrite_its_own_fields():
     assert entry["message"] == "odd level=DEBUG message=x"
 
 
+def test_json_formatter_keeps_extra_fields_and_the_exception():
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord(
+            "notifyqueue.delivery",
+            logging.ERROR,
+            __file__,
+            1,
+            "send failed notification=%s",
+            ("n1",),
+            sys.exc_info(),
+        )
+    failed.worker = "host-b:733:04ab9d"
+    entry = json.loads(JsonFormatter().format(failed))
+    assert (entry["notification"], entry["worker"], entry["level"]) == (
+        "n1",
+        "host-b:733:04ab9d",
+        "ERROR",
+    )
+    assert entry["exception"].startswith("Traceback") and "ValueError: boom" in entry["exception"]
+    assert "\n" not in JsonFormatter().format(failed)  # one line, the traceback escaped
+
+
 @pytest.mark.django_db
 def test_retry_and_cancel_each_log_one_line_naming_the_notification(caplog):
     dead = NotificationFactory(status=Status.DEAD_LETTERED, attempt_count=6)
