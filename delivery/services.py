@@ -23,6 +23,7 @@ from delivery.models import Outcome
 from delivery.providers.base import Accepted, PermanentFailure, ProviderResult, TemporaryFailure
 from delivery.repositories import Claim, Finish
 from notifications.models import Status
+from notifyqueue.backoff import jittered
 from preferences.services import Route
 
 
@@ -33,9 +34,10 @@ class RetryPolicy:
 
     def delay_s(self, failed_attempt: int, rng: random.Random) -> float:
         """Wait after the n-th failed attempt: uniform in [d, 2d] with d = base * 2^(n-1),
-        never more than max_s. Attempt 1 waits 0.5-1 s at the default base of 0.5 s."""
-        low = self.base_s * 2 ** (failed_attempt - 1)
-        return min(rng.uniform(low, 2 * low), self.max_s)
+        never more than max_s. Attempt 1 waits 0.5-1 s at the default base of 0.5 s.
+        (Webhooks keep their own fixed schedule; only the jitter is shared: notifyqueue.backoff.)"""
+        d = self.base_s * 2 ** (failed_attempt - 1)
+        return min(jittered(d, low=1.0, high=2.0, rng=rng.random), self.max_s)
 
 
 class Router(Protocol):

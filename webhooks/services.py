@@ -28,6 +28,7 @@ from standardwebhooks.webhooks import Webhook
 
 from clients.models import webhook_secret_new
 from monitoring import metrics
+from notifyqueue.backoff import jittered
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState
 from webhooks.repositories import ClaimedEvent, ReclaimedEvent
@@ -61,10 +62,12 @@ def webhook_retry_wait_seconds(
     schedule[n] is the wait before attempt n + 1 (schedule[0] stands for the first attempt,
     made as soon as the event is written); past the schedule's end its last step repeats.
     Each wait is spread by ±RETRY_JITTER, so the retries of many events that failed in the
-    same outage do not all arrive at the same instant.
+    same outage do not all arrive at the same instant. This is Standard Webhooks' fixed
+    schedule, not the delivery worker's exponential backoff (delivery.services.RetryPolicy):
+    the two are different on purpose and share only the jitter (notifyqueue.backoff).
     """
     step = schedule[min(attempt, len(schedule) - 1)]
-    return max(0.0, step * (1 - RETRY_JITTER + 2 * RETRY_JITTER * rng()))
+    return max(0.0, jittered(step, low=1 - RETRY_JITTER, high=1 + RETRY_JITTER, rng=rng))
 
 
 def webhook_event_body(event: ClaimedEvent) -> bytes:
