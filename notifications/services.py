@@ -57,6 +57,7 @@ from notifications.repositories import (
 from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
 from notifyqueue.vocabulary import MAX_BODY_BYTES
 from preferences.services import RenderedContent
+from templates.services import UnknownTemplate
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
 # How long a client over its backlog limit is told to wait: long enough for workers to drain a
@@ -82,14 +83,6 @@ PRUNE_BATCH = 1000
 PRUNE_BATCH_MAX = 10_000
 
 log = logging.getLogger("notifyqueue.notifications")
-
-
-class UnknownTemplate(InvalidRequest):
-    code = "unknown_template"
-
-    def __init__(self, template: str) -> None:
-        message = f"There is no template named {template!r}."
-        super().__init__(message, fields={"template": [message]})
 
 
 class IdempotencyKeyReused(Conflict):
@@ -148,7 +141,7 @@ class NoTemplates:
     `preferences.services.NotificationContent`, which renders real templates."""
 
     def render(self, *, client_id: uuid.UUID, request: NotificationRequest) -> RenderedContent:
-        raise UnknownTemplate(request.template or "")
+        raise UnknownTemplate(event=request.template or "", channel=request.channel)
 
 
 class NotificationStore(Protocol):

@@ -56,8 +56,9 @@ class UnknownTemplate(InvalidRequest):
 
     code = "unknown_template"
 
-    def __init__(self, *, event: str, channel: str) -> None:
-        message = f"There is no {channel} template for event {event!r}."
+    def __init__(self, *, event: str, channel: str | None) -> None:
+        kind = f"{channel} template" if channel else "template"
+        message = f"There is no {kind} for event {event!r}."
         super().__init__(message, fields={"template": [message]})
 
 

@@ -19,9 +19,9 @@ from notifications.services import (
     NotificationRequest,
     RenderedContent,
     TooManyPending,
-    UnknownTemplate,
 )
 from notifyqueue.errors import InvalidRequest
+from templates.services import UnknownTemplate
 from tests.unit.fake_repository import InMemoryNotificationRepository
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -150,7 +150,9 @@ def test_body_of_exactly_64_kib_is_accepted(repo):
 def test_template_is_unknown_until_templates_exist(repo):
     with pytest.raises(UnknownTemplate) as caught:
         create(repo, email(body=None, template="order_shipped", payload={"n": 1}))
-    assert caught.value.fields == {"template": ["There is no template named 'order_shipped'."]}
+    assert caught.value.fields == {
+        "template": ["There is no email template for event 'order_shipped'."]
+    }
     assert repo.rows == {}
 
 

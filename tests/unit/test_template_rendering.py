@@ -14,6 +14,7 @@ from templates.services import (
     PlaceholderValueInvalid,
     Slot,
     TemplateSyntaxInvalid,
+    UnknownTemplate,
     template_check,
     template_parse,
     template_placeholders,
@@ -113,3 +114,14 @@ def test_check_refuses_a_multi_line_email_subject_and_a_bad_event_name():
         template_check(event="has space", channel="email", subject="", body="x")
     with pytest.raises(InvalidRequest, match="channel"):
         template_check(event="e", channel="fax", subject="", body="x")
+
+
+def test_unknown_template_names_the_channel_when_there_is_one():
+    assert UnknownTemplate(event="order_shipped", channel="sms").fields == {
+        "template": ["There is no sms template for event 'order_shipped'."]
+    }
+    # A preference-mode create has no channel of its own.
+    assert UnknownTemplate(event="order_shipped", channel=None).fields == {
+        "template": ["There is no template for event 'order_shipped'."]
+    }
+    assert UnknownTemplate(event="x", channel=None).code == "unknown_template"
