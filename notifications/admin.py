@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from monitoring.paginators import EstimatedCountPaginator
-from notifications import services
+from notifications import retries, services
 from notifications.models import Notification
 from notifyqueue.admin import ReadOnlyAdmin
 
@@ -189,10 +189,10 @@ class NotificationAdmin(ReadOnlyAdmin):
         operator = f"admin:{request.user.get_username()}"
         changed, refused = self._apply(
             selected,
-            lambda notification_id, _client_id: services.notification_retry(
+            lambda notification_id, _client_id: retries.notification_retry(
                 notification_id=notification_id, operator=operator, now=timezone.now()
             ),
-            refusal=services.NotificationNotRetryable,
+            refusal=retries.NotificationNotRetryable,
         )
         self._log_and_report(
             request,

@@ -17,14 +17,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from notifications.listing import PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX
 from notifications.models import Status
 from notifications.repositories import ListFilters
-from notifications.services import (
-    PAGE_SIZE_DEFAULT,
-    PAGE_SIZE_MAX,
-    NotificationRequest,
-    idempotency_key_problem,
-)
+from notifications.services import NotificationRequest, idempotency_key_problem
 from notifyqueue.serializers import (
     CURSOR_MAX_LENGTH,
     ErrorDetail,

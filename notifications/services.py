@@ -1,4 +1,8 @@
-"""Rules for creating, reading, listing and cancelling notifications. No ORM here.
+"""Rules for creating, reading and cancelling notifications. No ORM here.
+
+Listing with its cursor is in `notifications/listing.py`, operator retries in
+`notifications/retries.py`, retention in `notifications/retention.py`; they share
+`NotificationStore` and the errors defined here.
 
 Invariants protected here:
 - a request is fully checked (content resolved, body size) before anything is written, so an
@@ -11,12 +15,7 @@ Invariants protected here:
   `BACKLOG_RECOUNT_S` seconds, so a create never counts the backlog itself;
 - send and due times are decided by the database clock when the row is inserted, never by
   this process's clock;
-- only the owner can cancel, and only a PENDING notification;
-- retention (`notifications_prune_step`) deletes only finished rows, never one still waiting
-  or whose webhook is still being delivered, and never inside a rate-limit window;
-- only FAILED and DEAD_LETTERED notifications can be retried, each retry is one guarded write
-  that starts the attempts again at 0 and records who retried it and when; a bulk retry takes
-  at most one batch, oldest first, and never sends one row back twice in one round.
+- only the owner can cancel, and only a PENDING notification.
 
 Every state change made here is logged as one `key=value` line (logger
 `notifyqueue.notifications`) naming the notification, client, channel, attempt and outcome.
@@ -24,8 +23,6 @@ Every state change made here is logged as one `key=value` line (logger
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import logging
@@ -41,7 +38,7 @@ from django.conf import settings
 from rest_framework import status as http
 
 from monitoring import metrics
-from notifications.models import Priority, Status
+from notifications.models import Priority
 from notifications.repositories import (
     DuplicateRequest,
     Inserted,
@@ -70,17 +67,6 @@ BACKLOG_RECOUNT_S = 2.0
 # The count is bounded by the limit, yet at a large limit it takes a while: it is never run
 # more often than this share of the time it takes (1/50: at most 2 % of a process's time).
 BACKLOG_COUNT_SHARE = 50
-PAGE_SIZE_DEFAULT = 50
-PAGE_SIZE_MAX = 200
-RETRYABLE_STATUSES = (Status.FAILED, Status.DEAD_LETTERED)
-# One bulk retry call sends back at most this many: each call is one short UPDATE, and a
-# recovered provider does not get the whole dead-letter queue in one burst.
-BULK_RETRY_LIMIT = 1000
-BULK_RETRY_LIMIT_MAX = 10_000
-# Retention: rows scanned per batch. Each batch is one short statement; its locks last only as
-# long as that batch's deletes.
-PRUNE_BATCH = 1000
-PRUNE_BATCH_MAX = 10_000
 
 log = logging.getLogger("notifyqueue.notifications")
 
@@ -96,10 +82,6 @@ class NotificationNotFound(NotFound):
 
 class NotificationNotCancellable(Conflict):
     code = "not_cancellable"
-
-
-class NotificationNotRetryable(Conflict):
-    code = "not_retryable"
 
 
 class TooManyPending(DomainError):
@@ -219,20 +201,6 @@ class BatchOutcome:
     http_status: int
     notification: NotificationRecord | None = None
     error: DomainError | None = None
-
-
-@dataclass(frozen=True)
-class BulkRetryResult:
-    retried: int
-    # Rows still in that status (and channel) that a further call would retry.
-    remaining: int
-
-
-@dataclass(frozen=True)
-class NotificationListPage:
-    notifications: list[NotificationRecord]
-    next_cursor: str | None
-    previous_cursor: str | None
 
 
 def idempotency_key_problem(key: str | None) -> str | None:
@@ -479,38 +447,6 @@ def notification_get(
     return found
 
 
-def notification_list(
-    *,
-    client_id: uuid.UUID,
-    is_operator: bool,
-    filters: ListFilters,
-    cursor: str | None,
-    page_size: int = PAGE_SIZE_DEFAULT,
-    repository: NotificationStore | None = None,
-) -> NotificationListPage:
-    """One page of the client's notifications (an operator's: everyone's), newest first."""
-    repository = repository or NotificationRepository()
-    direction, position = _cursor_decode(cursor) if cursor else ("next", None)
-    going_back = direction == "previous"
-    page = repository.list_page(
-        client_id=None if is_operator else client_id,
-        filters=filters,
-        after=None if going_back else position,
-        before=position if going_back else None,
-        limit=page_size,
-    )
-    records = page.records
-    if not records:
-        return NotificationListPage(notifications=[], next_cursor=None, previous_cursor=None)
-    more_older = page.has_more if not going_back else True
-    more_newer = page.has_more if going_back else position is not None
-    return NotificationListPage(
-        notifications=records,
-        next_cursor=_cursor_encode("next", records[-1]) if more_older else None,
-        previous_cursor=_cursor_encode("previous", records[0]) if more_newer else None,
-    )
-
-
 def notification_cancel(
     *,
     notification_id: uuid.UUID,
@@ -540,145 +476,6 @@ def notification_cancel(
     raise NotificationNotCancellable(
         f"Only a PENDING notification can be cancelled; this one is {current.status}.",
         fields={"status": [current.status]},
-    )
-
-
-def notification_retry(
-    *,
-    notification_id: uuid.UUID,
-    operator: str,
-    now: datetime,
-    repository: NotificationStore | None = None,
-) -> NotificationRecord:
-    """Sends a FAILED or DEAD_LETTERED notification (any client's) back to PENDING, due now,
-    with its attempts at 0; 409 for any other status, 404 if there is no such notification.
-
-    `operator` names who asked (recorded on the row): e.g. `api:<client>`, `admin:<user>`.
-    """
-    repository = repository or NotificationRepository()
-    retried = repository.retry_one(notification_id=notification_id, operator=operator, now=now)
-    if retried is not None:
-        _log_retried(
-            notification_id=retried.id,
-            client_id=retried.client_id,
-            channel=retried.channel,
-            operator_retries=retried.operator_retries,
-            operator=operator,
-        )
-        return retried
-    current = repository.get(notification_id=notification_id, client_id=None)
-    if current is None:
-        raise NotificationNotFound(notification_id)
-    raise NotificationNotRetryable(
-        f"Only a FAILED or DEAD_LETTERED notification can be retried; this one is "
-        f"{current.status}.",
-        fields={"status": [current.status]},
-    )
-
-
-def notifications_retry_bulk(
-    *,
-    status: str,
-    operator: str,
-    now: datetime,
-    channel: str | None = None,
-    limit: int = BULK_RETRY_LIMIT,
-    retried_before: datetime | None = None,
-    repository: NotificationStore | None = None,
-) -> BulkRetryResult:
-    """Retries up to `limit` of the oldest notifications in `status` (FAILED or DEAD_LETTERED),
-    optionally on one channel, and says how many are left.
-
-    Rows another operator's retry holds locked are skipped, not waited for. With
-    `retried_before`, rows retried at or after that moment are left alone, so a loop over
-    batches (the command) ends even if a retried row fails again while it runs.
-    """
-    repository = repository or NotificationRepository()
-    if status not in RETRYABLE_STATUSES:
-        message = "Only FAILED or DEAD_LETTERED notifications can be retried."
-        raise InvalidRequest(f"status: {message}", fields={"status": [message]})
-    if not 1 <= limit <= BULK_RETRY_LIMIT_MAX:
-        message = f"Between 1 and {BULK_RETRY_LIMIT_MAX}."
-        raise InvalidRequest(f"limit: {message}", fields={"limit": [message]})
-    retried = repository.retry_oldest(
-        status=status,
-        channel=channel,
-        limit=limit,
-        operator=operator,
-        now=now,
-        retried_before=retried_before,
-    )
-    for row in retried:
-        _log_retried(
-            notification_id=row.id,
-            client_id=row.client_id,
-            channel=row.channel,
-            operator_retries=row.operator_retries,
-            operator=operator,
-        )
-    remaining = repository.retryable_count(
-        status=status, channel=channel, retried_before=retried_before
-    )
-    return BulkRetryResult(retried=len(retried), remaining=remaining)
-
-
-def notifications_prune_cutoff(
-    *, older_than_s: float, repository: NotificationStore | None = None
-) -> datetime:
-    """The moment before which finished notifications may go: the database clock minus
-    `older_than_s`, which may not be shorter than the rate-limit window (the window counts
-    the records that retention deletes with their notifications)."""
-    repository = repository or NotificationRepository()
-    window_s = settings.NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS
-    if older_than_s < window_s:
-        message = f"At least the rate-limit window ({window_s:g} seconds)."
-        raise InvalidRequest(f"older_than: {message}", fields={"older_than": [message]})
-    return repository.prune_cutoff(older_than_s=older_than_s)
-
-
-def notifications_prune_step(
-    *,
-    cutoff: datetime,
-    after: ListPosition,
-    batch: int = PRUNE_BATCH,
-    repository: NotificationStore | None = None,
-) -> PruneStep:
-    """One retention batch: of the next `batch` notifications created before `cutoff` (after
-    `after`), deletes those that finished before it, with their attempts, webhook events,
-    inbox messages and rate-limit records. Call again from the returned position until it
-    scans nothing."""
-    repository = repository or NotificationRepository()
-    if not 1 <= batch <= PRUNE_BATCH_MAX:
-        message = f"Between 1 and {PRUNE_BATCH_MAX}."
-        raise InvalidRequest(f"batch: {message}", fields={"batch": [message]})
-    step = repository.prune_batch(cutoff=cutoff, after=after, scan=batch)
-    if step.deleted:
-        log.info(
-            "notifications pruned count=%d attempts=%d cutoff=%s",
-            step.deleted,
-            step.attempts_deleted,
-            cutoff.isoformat(),
-        )
-    return step
-
-
-def _log_retried(
-    *,
-    notification_id: uuid.UUID,
-    client_id: uuid.UUID,
-    channel: str,
-    operator_retries: int,
-    operator: str,
-) -> None:
-    metrics.notification_retried(channel=channel)
-    log.info(
-        "notification retried notification=%s client=%s channel=%s attempt=0 "
-        "outcome=RETRIED status=PENDING operator_retries=%d operator=%s",
-        notification_id,
-        client_id,
-        channel,
-        operator_retries,
-        operator,
     )
 
 
@@ -742,22 +539,3 @@ def _replay(*, existing: NotificationRecord, fingerprint: str) -> CreateResult:
             fields={"idempotency_key": ["Already used for a different request."]},
         )
     return CreateResult(notification=existing, created=False)
-
-
-def _cursor_encode(direction: str, record: NotificationRecord) -> str:
-    position = {"d": direction, "t": record.created_at.isoformat(), "i": str(record.id)}
-    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode().rstrip("=")
-
-
-def _cursor_decode(cursor: str) -> tuple[str, ListPosition]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        position = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        direction = position["d"]
-        created_at = datetime.fromisoformat(position["t"])
-        if direction not in {"next", "previous"} or created_at.tzinfo is None:
-            raise ValueError(direction)
-        return direction, ListPosition(created_at=created_at, id=uuid.UUID(position["i"]))
-    except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        message = "Not a cursor this API returned."
-        raise InvalidRequest(f"cursor: {message}", fields={"cursor": [message]}) from exc

@@ -13,7 +13,7 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from clients.permissions import IsOperator
-from notifications import schema, services
+from notifications import listing, retries, schema, services
 from notifications.models import Priority
 from notifications.schema import IDEMPOTENCY_HEADER
 from notifications.serializers import (
@@ -89,7 +89,7 @@ class NotificationCollectionView(APIView):
     def get(self, request: Request) -> Response:
         query = NotificationListFilters(data=request.query_params)
         query.is_valid(raise_exception=True)
-        page = services.notification_list(
+        page = listing.notification_list(
             client_id=request.user.id,
             is_operator=request.user.is_operator,
             filters=query.to_filters(),
@@ -138,7 +138,7 @@ class NotificationRetryView(APIView):
 
     @schema.RETRY
     def post(self, request: Request, notification_id: str) -> Response:
-        retried = services.notification_retry(
+        retried = retries.notification_retry(
             notification_id=_notification_id(notification_id),
             operator=_operator(request),
             now=timezone.now(),
@@ -153,7 +153,7 @@ class NotificationBulkRetryView(APIView):
     def post(self, request: Request) -> Response:
         payload = BulkRetryInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        result = services.notifications_retry_bulk(
+        result = retries.notifications_retry_bulk(
             status=payload.validated_data["status"],
             channel=payload.validated_data.get("channel"),
             operator=_operator(request),

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from clients.models import Client
-from notifications import services
+from notifications import retries
 from notifications.models import Notification, Priority, Status
 from tests.delivery_helpers import FakeClock, worker_build
 from tests.factories import ClientFactory, NotificationFactory
@@ -124,7 +124,7 @@ def _deliver_three(api, webhook_url: str) -> None:
     finally:
         worker.stop()
         worker._shutdown()
-    failed = services.notification_retry(
+    failed = retries.notification_retry(
         notification_id=_id_of("m2"), operator="test", now=timezone.now()
     )
     assert failed.status == "PENDING"

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from delivery.models import DeliveryAttempt
 from delivery.repositories import DeliveryRepository
-from notifications import services
+from notifications import retries
 from notifications.models import Notification, Status
 from tests.delivery_helpers import FakeClock, worker_build
 from tests.factories import ClientFactory, NotificationFactory
@@ -208,7 +208,7 @@ def test_bulk_retry_skips_rows_another_retry_holds_locked():
     other.start()
     try:
         assert holding.wait(10)
-        result = services.notifications_retry_bulk(
+        result = retries.notifications_retry_bulk(
             status="DEAD_LETTERED", operator="test", now=timezone.now(), limit=5
         )
     finally:
@@ -231,7 +231,7 @@ def test_two_operators_retrying_at_once_never_retry_the_same_row_twice():
         try:
             barrier.wait()
             while True:
-                result = services.notifications_retry_bulk(
+                result = retries.notifications_retry_bulk(
                     status="DEAD_LETTERED", operator=name, now=timezone.now(), limit=200
                 )
                 results.append(result.retried)
@@ -265,7 +265,7 @@ def test_retried_dead_letter_goes_around_again_and_a_second_webhook_reports_it(m
         assert (notification.status, notification.attempt_count) == (Status.DEAD_LETTERED, 6)
         assert WebhookEvent.objects.filter(notification=notification).count() == 1
 
-        retried = services.notification_retry(
+        retried = retries.notification_retry(
             notification_id=notification.id, operator="admin:ops", now=clock()
         )
         assert (retried.status, retried.attempt_count, retried.operator_retries) == (

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from notifications import services
+from notifications import retries
 from notifications.models import Notification, Status
 from tests.factories import ClientFactory
 from tests.operator_helpers import notifications_insert_bulk
@@ -60,12 +60,12 @@ def test_command_does_not_pick_up_a_row_it_already_retried_in_the_same_run():
     client = ClientFactory()
     notifications_insert_bulk(client_id=client.id, count=3)
     started = timezone.now()
-    services.notifications_retry_bulk(
+    retries.notifications_retry_bulk(
         status="DEAD_LETTERED", operator="t", now=started, retried_before=started
     )
     # They failed again at once; the same run (same `retried_before`) must leave them.
     Notification.objects.update(status=Status.DEAD_LETTERED)
-    again = services.notifications_retry_bulk(
+    again = retries.notifications_retry_bulk(
         status="DEAD_LETTERED", operator="t", now=timezone.now(), retried_before=started
     )
     assert (again.retried, again.remaining) == (0, 0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from notifications import services
+from notifications import retries, services
 from notifications.models import Status
 from notifyqueue.logformat import JsonFormatter
 from tests.factories import NotificationFactory
@@ -85,7 +85,7 @@ def test_retry_and_cancel_each_log_one_line_naming_the_notification(caplog):
     pending = NotificationFactory()
     caplog.set_level(logging.INFO, logger="notifyqueue.notifications")
 
-    services.notification_retry(notification_id=dead.id, operator="admin:ops", now=timezone.now())
+    retries.notification_retry(notification_id=dead.id, operator="admin:ops", now=timezone.now())
     services.notification_cancel(
         notification_id=pending.id, client_id=pending.client_id, now=timezone.now()
     )

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from notifications import services
+from notifications import listing, services
 from notifications.models import Priority, Status
 from notifications.repositories import ListFilters
 from notifications.services import (
@@ -236,7 +236,7 @@ def test_list_walks_forward_and_back_with_cursors(repo):
     newest_first = list(reversed(ids))
 
     def page(cursor=None):
-        return services.notification_list(
+        return listing.notification_list(
             client_id=ACME,
             is_operator=False,
             filters=ListFilters(),
@@ -262,7 +262,7 @@ def test_list_walks_forward_and_back_with_cursors(repo):
 
 def test_list_rejects_a_forged_cursor(repo):
     with pytest.raises(InvalidRequest) as caught:
-        services.notification_list(
+        listing.notification_list(
             client_id=ACME,
             is_operator=False,
             filters=ListFilters(),

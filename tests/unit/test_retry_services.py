@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from notifications import services
+from notifications import retries, services
 from notifications.models import Status
 from notifyqueue.errors import InvalidRequest
 from tests.unit.fake_repository import InMemoryNotificationRepository
@@ -41,7 +41,7 @@ def test_retry_starts_the_attempts_again_and_records_who_and_when(repo):
     dead = stored(repo, status=Status.DEAD_LETTERED)
     later = NOW + timedelta(hours=1)
 
-    retried = services.notification_retry(
+    retried = retries.notification_retry(
         notification_id=dead.id, operator="admin:ops", now=later, repository=repo
     )
 
@@ -53,14 +53,14 @@ def test_retry_starts_the_attempts_again_and_records_who_and_when(repo):
 @pytest.mark.parametrize("status", [Status.PENDING, Status.PROCESSING, Status.SENT])
 def test_retry_of_another_status_is_a_conflict_naming_it(repo, status):
     row = stored(repo, status=status)
-    with pytest.raises(services.NotificationNotRetryable) as refused:
-        services.notification_retry(notification_id=row.id, operator="x", now=NOW, repository=repo)
+    with pytest.raises(retries.NotificationNotRetryable) as refused:
+        retries.notification_retry(notification_id=row.id, operator="x", now=NOW, repository=repo)
     assert refused.value.fields == {"status": [status]}
 
 
 def test_retry_of_an_unknown_id_is_not_found(repo):
     with pytest.raises(services.NotificationNotFound):
-        services.notification_retry(
+        retries.notification_retry(
             notification_id=uuid.uuid4(), operator="x", now=NOW, repository=repo
         )
 
@@ -72,7 +72,7 @@ def test_bulk_retry_takes_the_oldest_of_one_status_and_counts_what_is_left(repo)
     ]
     stored(repo, status=Status.FAILED, n=99)
 
-    result = services.notifications_retry_bulk(
+    result = retries.notifications_retry_bulk(
         status="DEAD_LETTERED", operator="x", now=NOW, limit=2, repository=repo
     )
 
@@ -86,6 +86,6 @@ def test_bulk_retry_takes_the_oldest_of_one_status_and_counts_what_is_left(repo)
 )
 def test_bulk_retry_refuses_other_statuses_and_limits(repo, status, limit):
     with pytest.raises(InvalidRequest):
-        services.notifications_retry_bulk(
+        retries.notifications_retry_bulk(
             status=status, operator="x", now=NOW, limit=limit, repository=repo
         )

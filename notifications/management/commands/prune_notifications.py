@@ -13,7 +13,7 @@ import re
 
 from django.core.management.base import BaseCommand, CommandError
 
-from notifications import services
+from notifications import retention
 from notifications.repositories import PRUNE_START
 from notifyqueue.errors import DomainError
 
@@ -35,15 +35,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--older-than", required=True, help="e.g. 30d, 12h (d, h, m, s)")
         parser.add_argument(
-            "--batch", type=int, default=services.PRUNE_BATCH, help="rows scanned per batch"
+            "--batch", type=int, default=retention.PRUNE_BATCH, help="rows scanned per batch"
         )
 
     def handle(self, *args, older_than, batch, **options):
         try:
-            cutoff = services.notifications_prune_cutoff(older_than_s=age_seconds(older_than))
+            cutoff = retention.notifications_prune_cutoff(older_than_s=age_seconds(older_than))
             position, batches, deleted, attempts = PRUNE_START, 0, 0, 0
             while True:
-                step = services.notifications_prune_step(cutoff=cutoff, after=position, batch=batch)
+                step = retention.notifications_prune_step(
+                    cutoff=cutoff, after=position, batch=batch
+                )
                 if step.position is None:
                     break
                 batches += 1

@@ -12,7 +12,7 @@ import getpass
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from notifications import services
+from notifications import retries
 from notifications.models import Channel
 from notifyqueue.errors import DomainError
 
@@ -23,24 +23,24 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--status", required=True, help="DEAD_LETTERED or FAILED")
         parser.add_argument("--channel", help=f"only this channel: {', '.join(Channel.values)}")
-        parser.add_argument("--batch", type=int, default=services.BULK_RETRY_LIMIT)
+        parser.add_argument("--batch", type=int, default=retries.BULK_RETRY_LIMIT)
 
     def handle(self, *args, status, channel, batch, **options):
         status = status.upper()
-        if status not in services.RETRYABLE_STATUSES:
+        if status not in retries.RETRYABLE_STATUSES:
             raise CommandError(f"--status must be DEAD_LETTERED or FAILED, not {status!r}.")
         if channel is not None and channel.lower() not in Channel.values:
             raise CommandError(f"--channel must be one of {', '.join(Channel.values)}.")
         channel = channel and channel.lower()
-        if not 1 <= batch <= services.BULK_RETRY_LIMIT_MAX:
-            raise CommandError(f"--batch must be between 1 and {services.BULK_RETRY_LIMIT_MAX}.")
+        if not 1 <= batch <= retries.BULK_RETRY_LIMIT_MAX:
+            raise CommandError(f"--batch must be between 1 and {retries.BULK_RETRY_LIMIT_MAX}.")
         started = timezone.now()
         operator = f"cli:{getpass.getuser()}"
         total = 0
         batches = 0
         while True:
             try:
-                result = services.notifications_retry_bulk(
+                result = retries.notifications_retry_bulk(
                     status=status,
                     channel=channel,
                     limit=batch,
