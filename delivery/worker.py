@@ -69,6 +69,13 @@ class WorkerConfig:
     circuit: CircuitPolicy | None = None
 
 
+def connection_release() -> None:
+    """Gives this thread's database connection back to the worker's pool (run_worker uses
+    one), so threads hold a connection only while they use it; without a pool, keeps it."""
+    if connection.settings_dict["OPTIONS"].get("pool"):
+        connection.close()
+
+
 class DeliveryPool:
     """`size` threads that each deliver one claim at a time, fed from a queue."""
 
@@ -127,6 +134,7 @@ class DeliveryPool:
             while (claim := self._tasks.get()) is not None:
                 finish = self._deliver(claim)
                 self._done.put(finish)
+                connection_release()
                 if connection.errors_occurred:
                     connection.close_if_unusable_or_obsolete()
         finally:
@@ -412,6 +420,7 @@ class Worker:
             body=claim.body,
             metadata=claim.metadata,
         )
+        connection_release()  # no connection is held while the provider answers
         try:
             result = provider.send(message)
         except Exception as exc:  # a provider bug must not lose the claim's result

@@ -201,3 +201,46 @@ def test_run_worker_refuses_a_loopback_provider_url_unless_private_targets_are_a
     output, _ = worker.communicate(timeout=30)
     assert worker.returncode != 0
     assert "NOTIFYQUEUE_EMAIL_PROVIDER_URL" in output and "loopback" in output
+
+
+def test_a_worker_at_concurrency_60_uses_a_fixed_handful_of_connections(database_url):
+    """Sixty sends in flight at once (the provider answers after 0.5 s), yet the worker holds
+    at most its pool (NOTIFYQUEUE_WORKER_DB_CONNECTIONS=4) plus its LISTEN connection: its
+    connections do not grow with --concurrency (on main: one per delivery thread)."""
+    from django.db import connection
+
+    from tests.faults.harness import ScriptedProvider
+
+    NotificationFactory.create_batch(120, client=ClientFactory())
+    with ScriptedProvider(delay_s=0.5) as provider:
+        worker = worker_process(
+            database_url,
+            provider.url,
+            "--concurrency",
+            "60",
+            "--batch-size",
+            "60",
+            NOTIFYQUEUE_WORKER_DB_CONNECTIONS="4",
+        )
+        peak = 0
+        try:
+            sent = Notification.objects.filter(status=Status.SENT)
+            deadline = time.monotonic() + 60
+            while sent.count() < 120 and time.monotonic() < deadline:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                    peak = max(peak, cursor.fetchone()[0])
+                time.sleep(0.05)
+            assert sent.count() == 120
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            output, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0, output
+    assert len(provider.sends) == 120
+    starts = sorted(call.at for call in provider.calls)
+    overlapping = max(sum(1 for t in starts if s <= t < s + 0.5) for s in starts)
+    assert overlapping > 4 * 2, overlapping  # far more sends at once than connections
+    assert peak <= 4 + 1, peak

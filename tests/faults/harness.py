@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -42,6 +43,10 @@ WORKER_ENV = {
     "NOTIFYQUEUE_POLL_INTERVAL_SECONDS": "0.1",
     "NOTIFYQUEUE_HEARTBEAT_SECONDS": "0.2",
     "NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD": "1000",
+    # A webhook whose result was lost with a terminated connection is sent again (same
+    # eventId) once its claim expires: seconds here, not the default minute.
+    "NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS": "1",
+    "NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS": "3",
 }
 
 
@@ -165,28 +170,54 @@ class Workers:
                 "FAKETIME_DONT_FAKE_MONOTONIC": "1",
                 **env,
             }
+        # The log goes to a file: a pipe nobody reads fills up and blocks the worker.
+        log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed with the process)
+            mode="w+", prefix="run_worker-", suffix=".log"
+        )
         process = subprocess.Popen(
             command,
             cwd=ROOT,
             env={**self.env, **env},
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=log,
             text=True,
         )
+        process.log = log
         self.processes.append(process)
         return process
 
+    @staticmethod
+    def _started(process: subprocess.Popen) -> bool:
+        with open(process.log.name) as log:
+            return " started: " in log.read()
+
+    def logs(self) -> str:
+        """The end of each worker's log, for a failing test's report."""
+        tails = []
+        for process in self.processes:
+            process.log.seek(0)
+            tails.append(f"--- pid {process.pid} ---\n{process.log.read()[-3000:]}")
+        return "\n".join(tails)
+
     def stop_all(self, timeout_s: float = 30) -> None:
+        """SIGTERM to every live worker, once it has started (its handlers are installed
+        before it says so): a worker stopped while still importing Django is not the point."""
+        for process in self.processes:
+            wait_until(
+                lambda process=process: process.poll() is not None or self._started(process),
+                timeout_s=timeout_s,
+                what=f"worker {process.pid} to start",
+            )
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)
                 process.send_signal(signal.SIGTERM)
         for process in self.processes:
             try:
-                process.communicate(timeout=timeout_s)
+                process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.communicate()
+                process.wait()
 
     def __enter__(self) -> Workers:
         return self
@@ -195,7 +226,8 @@ class Workers:
         for process in self.processes:
             if process.poll() is None:
                 process.kill()
-                process.communicate()
+                process.wait()
+            process.log.close()
 
 
 def faketime_library() -> str:
@@ -234,6 +266,7 @@ def notifications_create(client, recipients: list[str], *, channel: str = "email
 
 def universal_check(
     provider: ScriptedProvider,
+    workers: Workers,
     *,
     webhooks=None,
     rate_limit: tuple[int, float] | None = None,
@@ -248,7 +281,22 @@ def universal_check(
       over a window shortened by half a second for the gap between admission and arrival);
     - each final state was reported by exactly one webhook event (one eventId), if a
       receiver is given.
-    Returns the count of notifications per final status."""
+    The webhooks are awaited while the workers still run (their senders deliver them); then
+    the workers are stopped with SIGTERM, and each must exit 0: none died of what was done to
+    it. Returns the count of notifications per final status."""
+    if webhooks is not None:
+        expected = {(str(i), s) for i, s in Notification.objects.values_list("id", "status")}
+        try:
+            wait_until(
+                lambda: expected <= webhook_reports(webhooks),
+                timeout_s=30,
+                what="a webhook for every final state",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{workers.logs()}") from None
+    workers.stop_all()
+    codes = [process.returncode for process in workers.processes if process.returncode != -9]
+    assert set(codes) <= {0}, f"{codes}\n{workers.logs()}"
     rows = list(Notification.objects.values_list("id", "status", "channel", "recipient"))
     not_final = [(str(i), s) for i, s, _, _ in rows if s not in FINAL]
     assert not not_final, f"not final: {not_final[:5]}"
@@ -277,11 +325,6 @@ def universal_check(
                 assert span >= window_s - 0.5, (recipient[:40], limit, span)
     if webhooks is not None:
         expected = {(str(i), s) for i, s, _, _ in rows}
-        wait_until(
-            lambda: expected <= webhook_reports(webhooks),
-            timeout_s=30,
-            what="a webhook for every final state",
-        )
         per_state: dict[tuple[str, str], set[str]] = defaultdict(set)
         for request in webhooks.requests:
             event = json.loads(request.body)

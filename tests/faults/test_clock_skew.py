@@ -40,13 +40,11 @@ def test_workers_an_hour_fast_and_an_hour_slow_keep_the_database_schedule(
         busy = notifications_create(client, ["ada@example.com"] * 7)
         due = database_now() + timedelta(seconds=4)
         [later] = notifications_create(client, ["later@example.com"], send_at=due, due_at=due)
-        fast = workers.start(faketime="+1h")
-        slow = workers.start(faketime="-1h")
+        workers.start(faketime="+1h")
+        workers.start(faketime="-1h")
         wait_until(all_final, timeout_s=60, what="every notification final")
-        workers.stop_all()
-        assert (fast.returncode, slow.returncode) == (0, 0)
 
-        counts = universal_check(provider, webhooks=webhooks, rate_limit=(LIMIT, WINDOW_S))
+        counts = universal_check(provider, workers, webhooks=webhooks, rate_limit=(LIMIT, WINDOW_S))
 
     assert counts == {Status.SENT: len(busy) + 1}
     sent_at = provider.sends[f"{later.id}:email"].at

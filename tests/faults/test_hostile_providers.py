@@ -33,9 +33,7 @@ def test_hostile_answers_and_4096_character_tokens_end_each_notification_and_sta
         workers.start()
         workers.start()
         wait_until(all_final, timeout_s=90, what="every notification final")
-        workers.stop_all()
-
-        counts = universal_check(provider, webhooks=webhooks)
+        counts = universal_check(provider, workers, webhooks=webhooks)
 
     status = {n.recipient.split("@")[0]: n.status for n in Notification.objects.all()}
     assert status["redirect"] == Status.DEAD_LETTERED  # a redirect is never followed

@@ -9,6 +9,7 @@ import signal
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 from prometheus_client import start_http_server
 
 from delivery.circuits.services import CircuitPolicy
@@ -24,6 +25,21 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise ValueError(value)
     return number
+
+
+def database_pool_use(*, max_size: int) -> None:
+    """Makes every thread of this process borrow its connection from one pool of at most
+    `max_size` (Django's psycopg pool): delivery threads return theirs after each delivery,
+    so a worker's connections stay fixed whatever its concurrency."""
+    if max_size < 1:
+        raise CommandError("NOTIFYQUEUE_WORKER_DB_CONNECTIONS must be at least 1")
+    connections["default"].close()
+    settings_dict = connections["default"].settings_dict
+    settings_dict["CONN_MAX_AGE"] = 0  # pooled connections are never persistent ones
+    settings_dict["OPTIONS"] = {
+        **settings_dict.get("OPTIONS", {}),
+        "pool": {"min_size": 1, "max_size": max_size, "timeout": 60},
+    }
 
 
 class Command(BaseCommand):
@@ -50,6 +66,7 @@ class Command(BaseCommand):
                 f"NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS ({send_timeout_s:g}): a claim must outlive "
                 "the slowest provider call, or another worker takes it over and sends it again"
             )
+        database_pool_use(max_size=settings.NOTIFYQUEUE_WORKER_DB_CONNECTIONS)
         try:
             providers = providers_from_settings()
         except ImproperlyConfigured as exc:
