@@ -36,6 +36,9 @@ def database_pool_use(*, max_size: int) -> None:
     connections["default"].close()
     settings_dict = connections["default"].settings_dict
     settings_dict["CONN_MAX_AGE"] = 0  # pooled connections are never persistent ones
+    # No round trip to check a connection at every checkout (two per delivery): a broken one
+    # fails its statement, which the worker handles, and the pool drops it when given back.
+    settings_dict["CONN_HEALTH_CHECKS"] = False
     settings_dict["OPTIONS"] = {
         **settings_dict.get("OPTIONS", {}),
         "pool": {"min_size": 1, "max_size": max_size, "timeout": 60},
