@@ -6,12 +6,8 @@ a page costs the same however deep it is and rows created meanwhile never shift 
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 
 from notifications.repositories import (
     ListFilters,
@@ -20,7 +16,7 @@ from notifications.repositories import (
     NotificationRepository,
 )
 from notifications.services import NotificationStore
-from notifyqueue.errors import InvalidRequest
+from notifyqueue.cursors import cursor_decode, cursor_encode
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 200
@@ -66,19 +62,9 @@ def notification_list(
 
 
 def _cursor_encode(direction: str, record: NotificationRecord) -> str:
-    position = {"d": direction, "t": record.created_at.isoformat(), "i": str(record.id)}
-    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode().rstrip("=")
+    return cursor_encode(created_at=record.created_at, id=record.id, direction=direction)
 
 
 def _cursor_decode(cursor: str) -> tuple[str, ListPosition]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        position = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        direction = position["d"]
-        created_at = datetime.fromisoformat(position["t"])
-        if direction not in {"next", "previous"} or created_at.tzinfo is None:
-            raise ValueError(direction)
-        return direction, ListPosition(created_at=created_at, id=uuid.UUID(position["i"]))
-    except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        message = "Not a cursor this API returned."
-        raise InvalidRequest(f"cursor: {message}", fields={"cursor": [message]}) from exc
+    position = cursor_decode(cursor, directions={"next", "previous"})
+    return position.direction, ListPosition(created_at=position.created_at, id=position.id)

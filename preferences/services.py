@@ -17,9 +17,6 @@ Invariants protected here:
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -30,6 +27,7 @@ from typing import Any, Protocol
 
 from rest_framework import status as http
 
+from notifyqueue.cursors import cursor_decode, cursor_encode
 from notifyqueue.errors import DomainError, InvalidRequest, NotFound
 from notifyqueue.vocabulary import Channel
 from preferences.repositories import (
@@ -429,18 +427,9 @@ def inbox_message_read(
 
 
 def _cursor_encode(message: InboxRecord) -> str:
-    position = {"t": message.created_at.isoformat(), "i": str(message.id)}
-    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode().rstrip("=")
+    return cursor_encode(created_at=message.created_at, id=message.id)
 
 
 def _cursor_decode(cursor: str) -> InboxPosition:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        position = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        created_at = datetime.fromisoformat(position["t"])
-        if created_at.tzinfo is None:
-            raise ValueError(position["t"])
-        return InboxPosition(created_at=created_at, id=uuid.UUID(position["i"]))
-    except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        message = "Not a cursor this API returned."
-        raise InvalidRequest(f"cursor: {message}", fields={"cursor": [message]}) from exc
+    position = cursor_decode(cursor)
+    return InboxPosition(created_at=position.created_at, id=position.id)
