@@ -5,11 +5,9 @@ while the circuit is open."""
 from __future__ import annotations
 
 import signal
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from delivery.circuits.models import CircuitBreaker, CircuitState
@@ -21,6 +19,7 @@ from notifications.models import Notification, Status
 from tests.clock import DbClock
 from tests.delivery_helpers import FakeClock, LoopbackProvider, worker_build
 from tests.factories import ClientFactory, NotificationFactory
+from tests.races import run_in_threads
 from tests.test_worker_process import wait_for, worker_process
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,25 +161,12 @@ def test_exactly_one_of_many_concurrent_callers_gets_the_probe():
     repository.failed(name=EMAIL, threshold=1)
     clock.advance(60)
     callers = 12
-    barrier = threading.Barrier(callers)
-    tokens: list = []
-    lock = threading.Lock()
 
-    def take():
-        try:
-            barrier.wait()
-            token = CircuitRepository().probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10)
-            with lock:
-                tokens.append(token)
-        finally:
-            connections.close_all()
+    def take(_, barrier):
+        barrier.wait()
+        return CircuitRepository().probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10)
 
-    threads = [threading.Thread(target=take) for _ in range(callers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=20)
-    assert len(tokens) == callers
+    tokens = run_in_threads(callers, take)
     assert len([t for t in tokens if t is not None]) == 1
     row = CircuitBreaker.objects.get(name=EMAIL)
     assert (row.state, row.probe_token) == (CircuitState.HALF_OPEN, next(t for t in tokens if t))

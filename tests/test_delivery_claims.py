@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.utils import timezone
 
 from delivery.models import DeliveryAttempt, Outcome
@@ -15,33 +14,9 @@ from delivery.repositories import SQL, DeliveryRepository, Finish
 from notifications.models import Notification, Status
 from tests.clock import DbClock
 from tests.factories import ClientFactory, NotificationFactory
+from tests.races import run_in_threads
 
 repo = DeliveryRepository()
-
-
-def run_in_threads(count: int, target) -> list:
-    """Runs target(i, barrier) on `count` threads, each with its own database connection."""
-    barrier = threading.Barrier(count)
-    results: list = [None] * count
-    errors: list[BaseException] = []
-
-    def body(i: int) -> None:
-        try:
-            results[i] = target(i, barrier)
-        except BaseException as exc:
-            errors.append(exc)
-            barrier.abort()
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,15 +3,14 @@ key makes one row, and every answer says 201 (made it), 200 (same request) or 40
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
 from notifications.models import Notification
+from tests.races import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,20 +31,15 @@ def item(key: str, body: str = "Same body") -> dict:
 def run_together(calls, api_key: str) -> list:
     """Runs each call (a function of an APIClient) from its own thread and connection, all
     released at one barrier."""
-    barrier = threading.Barrier(len(calls))
 
-    def one(call):
+    def one(i: int, barrier):
         http = APIClient()
         http.credentials(HTTP_AUTHORIZATION=f"Api-Key {api_key}")
-        try:
-            connection.ensure_connection()
-            barrier.wait(timeout=30)
-            return call(http)
-        finally:
-            connection.close()
+        connection.ensure_connection()
+        barrier.wait(timeout=30)
+        return calls[i](http)
 
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return list(pool.map(one, calls))
+    return run_in_threads(len(calls), one)
 
 
 def batch(items: list[dict]):

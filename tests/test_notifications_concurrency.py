@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from notifications.models import Notification, Status
 from tests.factories import NotificationFactory
+from tests.races import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,23 +24,18 @@ THREADS = 25
 
 def fire_together(key: str, bodies: list[dict], api_key: str) -> list[tuple[int, str]]:
     """POSTs every body at the same moment from its own thread; returns (status, id or code)."""
-    barrier = threading.Barrier(len(bodies))
 
-    def one(body: dict) -> tuple[int, str]:
+    def one(i: int, barrier) -> tuple[int, str]:
         http = APIClient()
         http.credentials(HTTP_AUTHORIZATION=f"Api-Key {api_key}")
-        try:
-            # Connect before the barrier so that connection setup does not spread the requests.
-            connection.ensure_connection()
-            barrier.wait(timeout=30)
-            response = http.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
-            data = response.json()
-            return response.status_code, data.get("id") or data["error"]["code"]
-        finally:
-            connection.close()
+        # Connect before the barrier so that connection setup does not spread the requests.
+        connection.ensure_connection()
+        barrier.wait(timeout=30)
+        response = http.post(URL, bodies[i], format="json", HTTP_IDEMPOTENCY_KEY=key)
+        data = response.json()
+        return response.status_code, data.get("id") or data["error"]["code"]
 
-    with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
-        return list(pool.map(one, bodies))
+    return run_in_threads(len(bodies), one)
 
 
 def test_identical_concurrent_creates_make_exactly_one_row(acme):

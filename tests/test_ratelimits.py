@@ -17,7 +17,7 @@ from ratelimits.services import RateLimit
 from tests.delivery_helpers import FakeClock, simulated_providers
 from tests.factories import ClientFactory, NotificationFactory
 from tests.operator_helpers import notifications_insert_bulk
-from tests.test_delivery_claims import run_in_threads
+from tests.races import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,6 +17,7 @@ from notifications.models import Notification, Status
 from tests.delivery_helpers import FakeClock, worker_build
 from tests.factories import ClientFactory, NotificationFactory
 from tests.operator_helpers import notifications_insert_bulk
+from tests.races import run_in_threads
 from tests.test_worker import drain
 from webhooks.models import WebhookEvent
 
@@ -224,29 +225,19 @@ def test_bulk_retry_skips_rows_another_retry_holds_locked():
 def test_two_operators_retrying_at_once_never_retry_the_same_row_twice():
     client = ClientFactory()
     notifications_insert_bulk(client_id=client.id, count=3000)
-    barrier = threading.Barrier(2)
-    results = []
 
-    def retry(name):
-        try:
-            barrier.wait()
-            while True:
-                result = retries.notifications_retry_bulk(
-                    status="DEAD_LETTERED", operator=name, now=timezone.now(), limit=200
-                )
-                results.append(result.retried)
-                if result.retried == 0 and result.remaining == 0:
-                    return
-        finally:
-            connections.close_all()
+    def retry(i, barrier):
+        retried = []
+        barrier.wait()
+        while True:
+            result = retries.notifications_retry_bulk(
+                status="DEAD_LETTERED", operator=f"op{i}", now=timezone.now(), limit=200
+            )
+            retried.append(result.retried)
+            if result.retried == 0 and result.remaining == 0:
+                return retried
 
-    threads = [threading.Thread(target=retry, args=(f"op{i}",)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-
-    assert sum(results) == 3000
+    assert sum(sum(retried) for retried in run_in_threads(2, retry, timeout_s=60)) == 3000
     assert set(Notification.objects.values_list("operator_retries", flat=True)) == {1}
     assert set(Notification.objects.values_list("last_retried_by", flat=True)) == {"op0", "op1"}
 

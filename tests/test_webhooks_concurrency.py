@@ -21,6 +21,7 @@ from django.db import connection
 
 from tests.clock import DbClock
 from tests.factories import ClientFactory, NotificationFactory
+from tests.races import run_in_threads
 from tests.webhook_factories import WebhookEventFactory
 from tests.webhook_receiver import Reply, WebhookReceiver
 from webhooks import repositories
@@ -61,26 +62,13 @@ def test_concurrent_senders_post_each_event_exactly_once(receiver):
     # A short pause per POST keeps claims in flight while the other senders poll.
     receiver.default = Reply(200, delay_s=0.01)
     events = {str(WebhookEventFactory(notification__client=client).id) for _ in range(50)}
-    start = threading.Barrier(4)
-    errors: list[BaseException] = []
 
-    def sender() -> None:
-        try:
-            start.wait()
-            while webhook_events_deliver_due(limit=3).claimed:
-                pass
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
+    def sender(_, start) -> None:
+        start.wait()
+        while webhook_events_deliver_due(limit=3).claimed:
+            pass
 
-    threads = [threading.Thread(target=sender) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-
-    assert errors == []
+    run_in_threads(4, sender, timeout_s=60)
     seen = Counter(receiver.event_ids())
     assert set(seen) == events
     assert [eid for eid, n in seen.items() if n > 1] == []

@@ -18,6 +18,7 @@ from delivery.services import RetryPolicy
 from notifications.models import Channel, Notification, Status
 from tests.delivery_helpers import FakeClock, worker_build
 from tests.factories import ClientFactory, NotificationFactory
+from tests.races import run_in_threads
 from webhooks.models import WebhookEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,18 +56,12 @@ def test_three_hundred_notifications_ten_workers_each_sent_exactly_once():
     client = ClientFactory()
     NotificationFactory.create_batch(300, client=client)
     workers = [worker_build(concurrency=2, batch_size=10) for _ in range(10)]
-    barrier = threading.Barrier(len(workers))
 
-    def run(worker):
+    def run(i, barrier):
         barrier.wait()
-        worker.run(until_empty=True)
-        connections.close_all()
+        workers[i].run(until_empty=True)
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    run_in_threads(len(workers), run, timeout_s=60)
 
     assert Notification.objects.filter(status=Status.SENT).count() == 300
     store = SimulatedProviderMessage.objects.all()
