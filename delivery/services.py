@@ -24,7 +24,7 @@ from delivery.providers.base import Accepted, PermanentFailure, ProviderResult, 
 from delivery.repositories import Claim, Finish
 from notifications.models import Status
 from notifyqueue.backoff import jittered
-from preferences.services import Route
+from preferences.routing import Route
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from notifications.repositories import (
 )
 from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
 from notifyqueue.vocabulary import MAX_BODY_BYTES
-from preferences.services import RenderedContent
+from preferences.routing import RenderedContent
 from templates.services import UnknownTemplate
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
@@ -120,7 +120,7 @@ class TemplateRenderer(Protocol):
 
 class NoTemplates:
     """The renderer when none is given: every template name is unknown. The API passes
-    `preferences.services.NotificationContent`, which renders real templates."""
+    `preferences.routing.NotificationContent`, which renders real templates."""
 
     def render(self, *, client_id: uuid.UUID, request: NotificationRequest) -> RenderedContent:
         raise UnknownTemplate(event=request.template or "", channel=request.channel)

@@ -28,7 +28,7 @@ from notifications.serializers import (
     notification_request,
 )
 from notifyqueue.errors import InvalidRequest, error_body
-from preferences.services import NotificationContent
+from preferences.routing import NotificationContent
 
 
 class CriticalNotAllowed(InvalidRequest):

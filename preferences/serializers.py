@@ -8,7 +8,8 @@ from rest_framework import serializers
 
 from notifyqueue.serializers import CURSOR_MAX_LENGTH, RejectUnknownFieldsMixin
 from notifyqueue.vocabulary import RECIPIENT_MAX_LENGTH, Channel, recipient_problem
-from preferences.services import INBOX_PAGE_SIZE_DEFAULT, INBOX_PAGE_SIZE_MAX, PreferencesInput
+from preferences.inbox import INBOX_PAGE_SIZE_DEFAULT, INBOX_PAGE_SIZE_MAX
+from preferences.services import PreferencesInput
 from templates.models import EVENT_MAX_LENGTH
 
 

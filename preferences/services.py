@@ -1,104 +1,30 @@
-"""Users' preferences: which channel carries a notification, when it is created and again
-when it is sent; and the in-app inbox. No ORM here.
+"""Users' preferences: reading and replacing them. No ORM here.
 
-Invariants protected here:
-- a channel may carry an event to a user only if it is in the user's channel list, not
-  disabled, the event is not muted, and it has an address (in_app's address is the user id);
-  a new send (create or fallback) also needs a template for (event, channel);
-- the user's order is the fallback order: a create uses the first usable channel and keeps
-  the other usable ones, in order, as its fallbacks; no usable channel is a 422 naming the
-  reason for every channel;
-- every usable channel's template is rendered at create, so a payload that cannot fill a
-  fallback is refused then (400), not discovered when the fallback is needed;
-- the worker re-reads the preferences before each send (`PreferenceRouter`): a channel the
-  user no longer allows is never sent on, and the current address is used;
-- an inbox read is idempotent and scoped to the client and the user.
+Which channel carries a notification, at create and again at send, is in
+`preferences/routing.py`; the in-app inbox is in `preferences/inbox.py`.
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
-from typing import Any, Protocol
 
-from rest_framework import status as http
-
-from notifyqueue.cursors import cursor_decode, cursor_encode
-from notifyqueue.errors import DomainError, InvalidRequest, NotFound
+from notifyqueue.errors import InvalidRequest, NotFound
 from notifyqueue.vocabulary import Channel
-from preferences.repositories import (
-    InboxPage,
-    InboxPosition,
-    InboxRecord,
-    InboxRepository,
-    PreferencesRecord,
-    PreferencesRepository,
+from preferences.repositories import PreferencesRecord, PreferencesRepository
+
+# Only for delivery/worker.py, which the lead is changing and still imports the router from
+# here: once it imports preferences.routing, this line goes.
+from preferences.routing import (
+    PreferenceRouter,  # noqa: F401
+    PreferenceStore,
 )
-from templates.repositories import TemplateRecord, TemplateRepository
-from templates.services import Rendered, UnknownTemplate, template_render
-
-log = logging.getLogger("notifyqueue.preferences")
-
-INBOX_PAGE_SIZE_DEFAULT = 50
-INBOX_PAGE_SIZE_MAX = 200
-
-
-class Refusal(StrEnum):
-    """Why a channel cannot carry an event to a user."""
-
-    OPTED_OUT = "opted_out"  # disabled, or not in the user's channel list
-    MUTED = "muted"  # the user muted the event
-    NO_ADDRESS = "no_address"
-    NO_TEMPLATE = "no_template"
-
-
-_REFUSAL_TEXT = {
-    Refusal.OPTED_OUT: "opted out",
-    Refusal.MUTED: "event muted",
-    Refusal.NO_ADDRESS: "no address",
-    Refusal.NO_TEMPLATE: "no template",
-}
-
-
-class NoUsableChannel(DomainError):
-    code = "no_usable_channel"
-    http_status = http.HTTP_422_UNPROCESSABLE_ENTITY
-
-    def __init__(self, *, user_id: str, event: str, refusals: dict[str, Refusal]) -> None:
-        if refusals:
-            why = "; ".join(f"{ch}: {_REFUSAL_TEXT[r]}" for ch, r in refusals.items())
-        else:
-            why = "the user has no channels"
-        super().__init__(
-            f"No channel can carry {event!r} to user {user_id!r} ({why}).",
-            fields={channel: [reason.value] for channel, reason in refusals.items()},
-        )
-
-
-class NoPreferences(DomainError):
-    code = "no_preferences"
-    http_status = http.HTTP_422_UNPROCESSABLE_ENTITY
-
-    def __init__(self, user_id: str) -> None:
-        super().__init__(
-            f"User {user_id!r} has no preferences, so no channel is known; PUT "
-            f"/api/v1/users/{user_id}/preferences first.",
-            fields={"user_id": ["no_preferences"]},
-        )
 
 
 class PreferencesNotFound(NotFound):
     def __init__(self, user_id: str) -> None:
         super().__init__(f"User {user_id!r} has no preferences.")
-
-
-class InboxMessageNotFound(NotFound):
-    def __init__(self, message_id: str) -> None:
-        super().__init__(f"No inbox message {message_id} for this user.")
 
 
 @dataclass(frozen=True)
@@ -113,107 +39,6 @@ class PreferencesInput:
 class PreferencesSaved:
     preferences: PreferencesRecord
     created: bool
-
-
-@dataclass(frozen=True)
-class InboxListPage:
-    messages: list[InboxRecord]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True)
-class RenderedContent:
-    """Where and what to send once any template and preferences have been applied."""
-
-    channel: str
-    recipient: str
-    subject: str
-    body: str
-    fallback_channels: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Route:
-    """A channel a preference-mode notification may go out on now, with what to send there."""
-
-    channel: str
-    recipient: str
-    subject: str
-    body: str
-    # What is left to try after this channel, in the user's order.
-    fallback_channels: tuple[str, ...]
-
-
-# The two Protocols below are what this app reads of the notifications app's create request
-# and of the worker's claim; apps above preferences pass their own values in
-# (docs/technical-design.md, Layers).
-
-
-class ContentRequest(Protocol):
-    """A create request to render (notifications' `NotificationRequest` is one)."""
-
-    @property
-    def channel(self) -> str | None: ...
-    @property
-    def recipient(self) -> str | None: ...
-    @property
-    def template(self) -> str | None: ...
-    @property
-    def payload(self) -> dict[str, Any] | None: ...
-    @property
-    def user_id(self) -> str | None: ...
-
-
-class Routable(Protocol):
-    """A claimed preference-mode notification (the worker's `Claim` is one)."""
-
-    @property
-    def id(self) -> uuid.UUID: ...
-    @property
-    def client_id(self) -> uuid.UUID: ...
-    @property
-    def user_id(self) -> str | None: ...
-    @property
-    def template(self) -> str | None: ...
-    @property
-    def payload(self) -> dict[str, Any] | None: ...
-    @property
-    def channel(self) -> str: ...
-    @property
-    def recipient(self) -> str: ...
-    @property
-    def subject(self) -> str: ...
-    @property
-    def body(self) -> str: ...
-    @property
-    def fallback_channels(self) -> tuple[str, ...]: ...
-
-
-class PreferenceStore(Protocol):
-    def get(self, *, client_id: uuid.UUID, user_id: str) -> PreferencesRecord | None: ...
-
-
-class TemplateLookup(Protocol):
-    def get_many(
-        self, *, client_id: uuid.UUID, event: str, channels: list[str]
-    ) -> dict[str, TemplateRecord]: ...
-
-
-def channel_address(preferences: PreferencesRecord, channel: str) -> str | None:
-    if channel == Channel.IN_APP:
-        return preferences.user_id
-    return preferences.addresses.get(channel) or None
-
-
-def channel_refusal(preferences: PreferencesRecord, *, event: str, channel: str) -> Refusal | None:
-    """Why `channel` may not carry `event` to this user now; None when it may."""
-    if channel in preferences.disabled_channels or channel not in preferences.channels:
-        return Refusal.OPTED_OUT
-    if event in preferences.muted_events:
-        return Refusal.MUTED
-    if channel_address(preferences, channel) is None:
-        return Refusal.NO_ADDRESS
-    return None
 
 
 def preferences_put(
@@ -250,186 +75,3 @@ def preferences_get(
     if found is None:
         raise PreferencesNotFound(user_id)
     return found
-
-
-class NotificationContent:
-    """The renderer `notification_create` uses for a request with a template.
-
-    With `channel` and `recipient` given, it renders that channel's template. In preference
-    mode (`user_id`, no channel), it picks the channels from the user's preferences.
-    """
-
-    def __init__(
-        self,
-        *,
-        preferences: PreferenceStore | None = None,
-        templates: TemplateLookup | None = None,
-    ) -> None:
-        self.preferences = preferences or PreferencesRepository()
-        self.templates = templates or TemplateRepository()
-
-    def render(self, *, client_id: uuid.UUID, request: ContentRequest) -> RenderedContent:
-        event = request.template or ""
-        payload = request.payload or {}
-        if request.channel is not None:
-            found = self.templates.get_many(
-                client_id=client_id, event=event, channels=[request.channel]
-            )
-            if request.channel not in found:
-                raise UnknownTemplate(event=event, channel=request.channel)
-            rendered = template_render(found[request.channel], payload)
-            return RenderedContent(
-                channel=request.channel,
-                recipient=request.recipient or "",
-                subject=rendered.subject,
-                body=rendered.body,
-            )
-        return self._from_preferences(client_id, request.user_id or "", event, payload)
-
-    def _from_preferences(
-        self, client_id: uuid.UUID, user_id: str, event: str, payload: Mapping[str, Any]
-    ) -> RenderedContent:
-        preferences = self.preferences.get(client_id=client_id, user_id=user_id)
-        if preferences is None:
-            raise NoPreferences(user_id)
-        templates = self.templates.get_many(
-            client_id=client_id, event=event, channels=list(preferences.channels)
-        )
-        usable: list[str] = []
-        refusals: dict[str, Refusal] = {}
-        for channel in preferences.channels:
-            refusal = channel_refusal(preferences, event=event, channel=channel)
-            if refusal is None and channel not in templates:
-                refusal = Refusal.NO_TEMPLATE
-            if refusal is None:
-                usable.append(channel)
-            else:
-                refusals[channel] = refusal
-        if not usable:
-            raise NoUsableChannel(user_id=user_id, event=event, refusals=refusals)
-        rendered: dict[str, Rendered] = {
-            ch: template_render(templates[ch], payload) for ch in usable
-        }
-        primary, *fallbacks = usable
-        return RenderedContent(
-            channel=primary,
-            recipient=channel_address(preferences, primary) or "",
-            subject=rendered[primary].subject,
-            body=rendered[primary].body,
-            fallback_channels=fallbacks,
-        )
-
-
-class PreferenceRouter:
-    """The worker's view of a user's preferences at send time (delivery.services.Router)."""
-
-    def __init__(
-        self,
-        *,
-        preferences: PreferenceStore | None = None,
-        templates: TemplateLookup | None = None,
-    ) -> None:
-        self.preferences = preferences or PreferencesRepository()
-        self.templates = templates or TemplateRepository()
-
-    def route_current(self, claim: Routable) -> Route | None:
-        preferences = self._preferences(claim)
-        event = claim.template or ""
-        if preferences is None or channel_refusal(preferences, event=event, channel=claim.channel):
-            return None
-        return Route(
-            channel=claim.channel,
-            recipient=channel_address(preferences, claim.channel) or claim.recipient,
-            subject=claim.subject,
-            body=claim.body,
-            fallback_channels=claim.fallback_channels,
-        )
-
-    def route_next(self, claim: Routable) -> Route | None:
-        preferences = self._preferences(claim)
-        if preferences is None:
-            return None
-        event = claim.template or ""
-        candidates = list(claim.fallback_channels)
-        templates = self.templates.get_many(
-            client_id=claim.client_id, event=event, channels=candidates
-        )
-        for position, channel in enumerate(candidates):
-            if channel_refusal(preferences, event=event, channel=channel):
-                continue
-            if channel not in templates:
-                continue
-            try:
-                rendered = template_render(templates[channel], claim.payload or {})
-            except InvalidRequest as error:
-                # The template was edited after the create and the payload no longer fills it.
-                log.warning(
-                    "fallback skipped notification=%s channel=%s: %s",
-                    claim.id,
-                    channel,
-                    error.message,
-                )
-                continue
-            return Route(
-                channel=channel,
-                recipient=channel_address(preferences, channel) or "",
-                subject=rendered.subject,
-                body=rendered.body,
-                fallback_channels=tuple(candidates[position + 1 :]),
-            )
-        return None
-
-    def _preferences(self, claim: Routable) -> PreferencesRecord | None:
-        return self.preferences.get(client_id=claim.client_id, user_id=claim.user_id or "")
-
-
-def inbox_list(
-    *,
-    client_id: uuid.UUID,
-    user_id: str,
-    unread_only: bool,
-    cursor: str | None,
-    page_size: int = INBOX_PAGE_SIZE_DEFAULT,
-    repository: InboxRepository | None = None,
-) -> InboxListPage:
-    """One page of the user's in-app messages, newest first."""
-    repository = repository or InboxRepository()
-    page: InboxPage = repository.page(
-        client_id=client_id,
-        user_id=user_id,
-        unread_only=unread_only,
-        after=_cursor_decode(cursor) if cursor else None,
-        limit=page_size,
-    )
-    last = page.messages[-1] if page.messages and page.has_more else None
-    return InboxListPage(messages=page.messages, next_cursor=last and _cursor_encode(last))
-
-
-def inbox_message_read(
-    *,
-    client_id: uuid.UUID,
-    user_id: str,
-    message_id: str,
-    now: datetime,
-    repository: InboxRepository | None = None,
-) -> InboxRecord:
-    """Marks the message read (again is fine: the first read time is kept)."""
-    try:
-        parsed = uuid.UUID(message_id)
-    except ValueError as exc:
-        raise InboxMessageNotFound(message_id) from exc
-    read = (repository or InboxRepository()).mark_read(
-        client_id=client_id, user_id=user_id, message_id=parsed, now=now
-    )
-    if read is None:
-        raise InboxMessageNotFound(message_id)
-    return read
-
-
-def _cursor_encode(message: InboxRecord) -> str:
-    return cursor_encode(created_at=message.created_at, id=message.id)
-
-
-def _cursor_decode(cursor: str) -> InboxPosition:
-    position = cursor_decode(cursor)
-    return InboxPosition(created_at=position.created_at, id=position.id)

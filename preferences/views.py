@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from notifyqueue.errors import InvalidRequest, error_body
 from notifyqueue.serializers import ErrorOutput
 from notifyqueue.vocabulary import USER_ID_MAX_LENGTH
-from preferences import services
+from preferences import inbox, services
 from preferences.serializers import (
     InboxMessageOutput,
     InboxPageOutput,
@@ -158,7 +158,7 @@ class InboxView(APIView):
     def get(self, request: Request, user_id: str) -> Response:
         query = InboxQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        page = services.inbox_list(
+        page = inbox.inbox_list(
             client_id=request.user.id,
             user_id=_user_id(user_id),
             unread_only=query.validated_data["unread"],
@@ -195,7 +195,7 @@ class InboxReadView(APIView):
         ],
     )
     def post(self, request: Request, user_id: str, message_id: str) -> Response:
-        read = services.inbox_message_read(
+        read = inbox.inbox_message_read(
             client_id=request.user.id,
             user_id=_user_id(user_id),
             message_id=message_id,
