@@ -6,8 +6,9 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from clients.models import Client, ClientAPIKey
+from clients.models import ClientAPIKey
 from tests.clock import DbClock
+from tests.factories import ClientFactory
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ def make_client(db):
         webhook_url: str = "",
         may_send_critical: bool = False,
     ):
-        client = Client.objects.create(
+        client = ClientFactory(
             name=name,
             is_operator=is_operator,
             webhook_url=webhook_url,
