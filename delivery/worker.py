@@ -33,7 +33,7 @@ from delivery.providers.base import Message, Provider, ProviderResult, Temporary
 from delivery.repositories import Claim, DeliveryRepository, Finish, Finished
 from delivery.services import RetryPolicy, Router, attempt_finish, claim_recheck, claim_release
 from monitoring.metrics import DELIVERY as metrics
-from preferences.services import PreferenceRouter
+from preferences.routing import PreferenceRouter
 from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
 from ratelimits.services import RateLimit, recipient_admit
 

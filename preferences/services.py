@@ -13,13 +13,7 @@ from datetime import datetime
 from notifyqueue.errors import InvalidRequest, NotFound
 from notifyqueue.vocabulary import Channel
 from preferences.repositories import PreferencesRecord, PreferencesRepository
-
-# Only for delivery/worker.py, which the lead is changing and still imports the router from
-# here: once it imports preferences.routing, this line goes.
-from preferences.routing import (
-    PreferenceRouter,  # noqa: F401
-    PreferenceStore,
-)
+from preferences.routing import PreferenceStore
 
 
 class PreferencesNotFound(NotFound):
