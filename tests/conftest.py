@@ -7,6 +7,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from clients.models import ClientAPIKey
+from tests.browser import CHROMIUM
 from tests.clock import DbClock
 from tests.factories import ClientFactory
 
@@ -75,3 +76,14 @@ def workers():
     for worker in started:
         worker.stop()
         worker._shutdown()
+
+
+@pytest.fixture
+def chromium() -> str:
+    """Debian's chromium's path; the test skips where it could not be installed."""
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"{CHROMIUM} is not installed and could not be installed here (python3 dev.py test "
+            "installs Debian's chromium with apt-get when run as root with apt available)"
+        )
+    return str(CHROMIUM)

@@ -9,37 +9,17 @@ only when that was not possible.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
 
 from notifications.models import Notification, Status
+from tests.browser import LAUNCH_ARGS as BROWSER_ARGS
 from tests.factories import ClientFactory, NotificationFactory
 
-CHROMIUM = Path("/usr/bin/chromium")
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+LAUNCH_ARGS = ["--headless", *BROWSER_ARGS]
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def chromium():
-    if not CHROMIUM.exists():
-        pytest.skip(
-            f"{CHROMIUM} is not installed and could not be installed here (python3 dev.py test "
-            "installs Debian's chromium with apt-get when run as root with apt available)"
-        )
-    return str(CHROMIUM)
 
 
 @pytest.fixture

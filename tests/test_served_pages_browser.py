@@ -25,19 +25,13 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
+from tests.browser import LAUNCH_ARGS as BROWSER_ARGS
 from tests.factories import ClientFactory, NotificationFactory
 from tests.gunicorn_server import gunicorn_serving
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
+    *BROWSER_ARGS,
     # Nothing but loopback resolves, whatever a page asks for.
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
@@ -46,16 +40,6 @@ ADMIN_HEADER_BACKGROUND = "rgb(65, 118, 144)"
 PASSWORD = "correct horse battery"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def chromium():
-    if not CHROMIUM.exists():
-        pytest.skip(
-            f"{CHROMIUM} is not installed and could not be installed here (python3 dev.py test "
-            "installs Debian's chromium with apt-get when run as root with apt available)"
-        )
-    return str(CHROMIUM)
 
 
 @pytest.fixture
