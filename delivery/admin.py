@@ -62,18 +62,7 @@ class DeliveryAttemptAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     list_per_page = 100
-    readonly_fields = (
-        "notification",
-        "claim_token",
-        "number",
-        "channel",
-        "worker",
-        "started_at",
-        "finished_at",
-        "outcome",
-        "error",
-        "provider_message_id",
-    )
+    readonly_fields = ("notification", "claim_token", *NOTIFICATION_ATTEMPT_FIELDS)
 
     def get_search_results(self, request, queryset, search_term):
         """The attempts of one notification (index attempt_by_notif); anything that is not a
