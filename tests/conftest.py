@@ -7,9 +7,9 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from clients.models import ClientAPIKey
-from tests.browser import CHROMIUM
-from tests.clock import DbClock
-from tests.factories import ClientFactory
+from tests.support.browser import CHROMIUM
+from tests.support.clock import DbClock
+from tests.support.factories import ClientFactory
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 import pytest
 
-from tests.factories import ClientFactory
-from tests.webhook_receiver import WebhookReceiver
+from tests.support.factories import ClientFactory
+from tests.support.webhook_receiver import WebhookReceiver
 
 
 @pytest.fixture

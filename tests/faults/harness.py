@@ -256,7 +256,7 @@ def all_final() -> bool:
 
 def notifications_create(client, recipients: list[str], *, channel: str = "email", **fields):
     """One notification per recipient, created through the service as the API would."""
-    from tests.factories import NotificationFactory
+    from tests.support.factories import NotificationFactory
 
     return [
         NotificationFactory(client=client, channel=channel, recipient=r, max_attempts=4, **fields)

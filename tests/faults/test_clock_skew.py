@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 
 from notifications.models import Notification, Status
-from tests.clock import database_now
 from tests.faults.harness import (
     ScriptedProvider,
     Workers,
@@ -18,6 +17,7 @@ from tests.faults.harness import (
     universal_check,
     wait_until,
 )
+from tests.support.clock import database_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -22,7 +22,7 @@ from notifications.services import (
 )
 from notifyqueue.errors import InvalidRequest
 from templates.services import UnknownTemplate
-from tests.unit.fake_repository import InMemoryNotificationRepository
+from tests.support.fake_repository import InMemoryNotificationRepository
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 ACME = uuid.UUID("00000000-0000-0000-0000-00000000ac3e")

@@ -11,7 +11,7 @@ import pytest
 from notifications import retries, services
 from notifications.models import Status
 from notifyqueue.errors import InvalidRequest
-from tests.unit.fake_repository import InMemoryNotificationRepository
+from tests.support.fake_repository import InMemoryNotificationRepository
 from tests.unit.test_notification_services import ACME, email
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -1,0 +1,320 @@
+"""The per-provider circuit breaker on real PostgreSQL: its states, the one-probe guarantee
+across threads and across `run_worker` processes, and proof the provider is not called
+while the circuit is open."""
+
+from __future__ import annotations
+
+import signal
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from delivery.circuits.models import CircuitBreaker, CircuitState
+from delivery.circuits.repositories import CircuitRepository, circuits_list
+from delivery.circuits.services import CircuitPolicy, circuits_register
+from delivery.models import DeliveryAttempt, SimulatedProviderMessage
+from delivery.providers.simulated import SimulatedProvider
+from notifications.models import Notification, Status
+from tests.integration.test_worker_process import wait_for, worker_process
+from tests.support.clock import DbClock
+from tests.support.delivery_helpers import FakeClock, LoopbackProvider, worker_build
+from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.races import run_in_threads
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# No reuse of readings: the tests move the database clock and expect the next call to see it.
+POLICY = CircuitPolicy(threshold=3, cooldown_s=30, probe_timeout_s=10, read_ttl_s=0)
+EMAIL = "email:simulated"
+
+
+class StateRecordingProvider:
+    """The simulated provider, noting the email circuit's state at each call it receives."""
+
+    name = "simulated"
+
+    def __init__(self) -> None:
+        self.inner = SimulatedProvider()
+        self.states: list[str] = []
+
+    def send(self, message):
+        self.states.append(circuit(EMAIL).state)
+        return self.inner.send(message)
+
+
+def circuit(name: str):
+    return next(c for c in circuits_list() if c.name == name)
+
+
+def deliver_due(worker) -> None:
+    """Steps the worker until what it claimed has been delivered and recorded."""
+    finished = 0
+    for _ in range(40):
+        step = worker.run_once(wait_s=0.5)
+        finished += step.finished
+        if finished and not step.in_flight and not step.claimed:
+            return
+    raise AssertionError("nothing was delivered")
+
+
+def calls_for(notification) -> int:
+    row = SimulatedProviderMessage.objects.filter(idempotency_key__startswith=str(notification.id))
+    return sum(row.values_list("calls", flat=True))
+
+
+@pytest.fixture
+def breaker_worker():
+    clock = FakeClock()
+    provider = StateRecordingProvider()
+    worker = worker_build(providers={"email": provider}, circuit=POLICY)
+    circuits_register(list(worker.circuits.values()))  # as Worker.run() does
+    worker.circuits_test_clock, worker.test_provider = clock, provider
+    yield worker
+    worker.stop()
+    worker._shutdown()
+
+
+def test_the_breaker_walks_closed_open_half_open_closed_and_open_means_no_call(breaker_worker):
+    worker, clock, provider = (
+        breaker_worker,
+        breaker_worker.circuits_test_clock,
+        breaker_worker.test_provider,
+    )
+    client = ClientFactory()
+    failing = NotificationFactory(
+        client=client, recipient="temporary-failure@example.com", max_attempts=3
+    )
+    clock.now = failing.due_at
+    for _ in range(3):  # three temporary failures in a row, moving the clock past each backoff
+        deliver_due(worker)
+        failing.refresh_from_db()
+        clock.now = max(clock.now, failing.due_at)
+    assert failing.status == Status.DEAD_LETTERED
+    opened = circuit(EMAIL)
+    assert (opened.state, opened.consecutive_failures) == (CircuitState.OPEN, 3)
+    assert provider.states == [CircuitState.CLOSED] * 3
+
+    # OPEN: deliveries fail fast and the provider is not called at all.
+    waiting = NotificationFactory.create_batch(3, client=client, due_at=clock.now)
+    deliver_due(worker)
+    assert len(provider.states) == 3  # no new call
+    assert [calls_for(n) for n in waiting] == [0, 0, 0]
+    for notification in waiting:
+        notification.refresh_from_db()
+        assert (notification.status, notification.attempt_count) == (Status.PENDING, 1)
+        assert notification.last_error.startswith("circuit open")
+    assert circuit(EMAIL).state == CircuitState.OPEN
+
+    # After the cooldown exactly one probe goes through, seen by the provider as HALF_OPEN;
+    # its success closes the circuit and the rest follow.
+    clock.advance(POLICY.cooldown_s)
+    first = min(waiting, key=lambda n: (n.due_at, n.created_at))
+    Notification.objects.exclude(id=first.id).filter(status=Status.PENDING).update(
+        due_at=clock.now + timedelta(seconds=60)
+    )
+    deliver_due(worker)
+    assert provider.states[3:] == [CircuitState.HALF_OPEN]
+    closed = circuit(EMAIL)
+    assert (closed.state, closed.consecutive_failures, closed.opened_at) == (
+        CircuitState.CLOSED,
+        0,
+        None,
+    )
+    clock.advance(60)
+    deliver_due(worker)
+    assert provider.states[4:] == [CircuitState.CLOSED, CircuitState.CLOSED]
+    statuses = Notification.objects.filter(id__in=[n.id for n in waiting])
+    assert set(statuses.values_list("status", flat=True)) == {Status.SENT}
+
+
+def test_a_failed_probe_reopens_the_circuit_for_another_cooldown(breaker_worker):
+    worker, clock, provider = (
+        breaker_worker,
+        breaker_worker.circuits_test_clock,
+        breaker_worker.test_provider,
+    )
+    repository = CircuitRepository()
+    repository.register(names=[EMAIL])
+    for _ in range(3):
+        repository.failed(name=EMAIL, threshold=3)
+    clock.advance(POLICY.cooldown_s)
+    probe = NotificationFactory(recipient="temporary-failure@example.com", due_at=clock.now)
+    deliver_due(worker)
+    assert provider.states == [CircuitState.HALF_OPEN]
+    reopened = circuit(EMAIL)
+    assert (reopened.state, reopened.opened_at) == (CircuitState.OPEN, clock.now)
+
+    clock.advance(POLICY.cooldown_s - 1)  # the new cooldown counts from the failed probe
+    probe.refresh_from_db()
+    Notification.objects.filter(id=probe.id).update(due_at=clock.now)
+    deliver_due(worker)
+    assert len(provider.states) == 1
+    probe.refresh_from_db()
+    assert probe.last_error.startswith("circuit open")
+
+
+def test_exactly_one_of_many_concurrent_callers_gets_the_probe():
+    repository = CircuitRepository()
+    clock = DbClock()
+    repository.register(names=[EMAIL])
+    repository.failed(name=EMAIL, threshold=1)
+    clock.advance(60)
+    callers = 12
+
+    def take(_, barrier):
+        barrier.wait()
+        return CircuitRepository().probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10)
+
+    tokens = run_in_threads(callers, take)
+    assert len([t for t in tokens if t is not None]) == 1
+    row = CircuitBreaker.objects.get(name=EMAIL)
+    assert (row.state, row.probe_token) == (CircuitState.HALF_OPEN, next(t for t in tokens if t))
+
+
+def test_a_probe_whose_worker_died_expires_and_only_the_new_holder_decides():
+    repository = CircuitRepository()
+    clock = DbClock()
+    repository.failed(name=EMAIL, threshold=1)
+    clock.advance(30)
+    lost = repository.probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10)
+    assert lost is not None
+    clock.advance(9)
+    assert repository.probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10) is None
+    clock.advance(1)
+    taken_over = repository.probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=10)
+    assert taken_over not in (None, lost)
+    assert repository.probe_finished(name=EMAIL, token=lost, failed=False) is False
+    assert circuit(EMAIL).state == CircuitState.HALF_OPEN
+    assert repository.probe_finished(name=EMAIL, token=taken_over, failed=False)
+    assert circuit(EMAIL).state == CircuitState.CLOSED
+
+
+def test_a_late_result_from_before_the_circuit_opened_changes_nothing():
+    repository = CircuitRepository()
+    clock = DbClock()
+    now = clock.now
+    for _ in range(2):
+        repository.failed(name=EMAIL, threshold=2)
+    repository.succeeded(name=EMAIL)  # admitted while CLOSED, answered after opening
+    clock.advance(5)
+    repository.failed(name=EMAIL, threshold=2)
+    row = circuit(EMAIL)
+    assert (row.state, row.consecutive_failures, row.opened_at) == (CircuitState.OPEN, 2, now)
+
+
+def test_a_permanent_rejection_or_success_ends_a_failure_run(breaker_worker):
+    worker, clock = breaker_worker, breaker_worker.circuits_test_clock
+    repository = CircuitRepository()
+    for _ in range(2):
+        repository.failed(name=EMAIL, threshold=3)
+    NotificationFactory(recipient="permanent-failure@example.com", due_at=clock.now)
+    deliver_due(worker)
+    assert (circuit(EMAIL).state, circuit(EMAIL).consecutive_failures) == (CircuitState.CLOSED, 0)
+
+
+@pytest.fixture
+def loopback():
+    server = LoopbackProvider()
+    server.url = server.start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow
+def test_two_worker_processes_in_half_open_send_one_probe_not_two(loopback, database_url):
+    client = ClientFactory()
+    notifications = NotificationFactory.create_batch(10, client=client, max_attempts=500)
+    # The http email provider's circuit opened an hour ago: its cooldown has long passed.
+    CircuitBreaker.objects.create(
+        name="email:http",
+        state=CircuitState.OPEN,
+        consecutive_failures=5,
+        opened_at=timezone.now() - timedelta(hours=1),
+        updated_at=timezone.now(),
+    )
+    loopback.hold = True  # the probe's call hangs until the test releases it
+    env = {
+        "NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS": "30",
+        "NOTIFYQUEUE_BACKOFF_BASE_SECONDS": "0.05",
+        "NOTIFYQUEUE_BACKOFF_MAX_SECONDS": "0.2",
+    }
+    workers = [
+        worker_process(database_url, loopback.url, "--concurrency", "2", "--batch-size", "2", **env)
+        for _ in range(2)
+    ]
+    try:
+        assert loopback.received.wait(30), "no probe reached the provider"
+        refused = DeliveryAttempt.objects.filter(error__startswith="circuit open")
+
+        def both_processes_refused() -> bool:
+            pids = {worker.split(":")[1] for worker in refused.values_list("worker", flat=True)}
+            return pids == {str(w.pid) for w in workers}
+
+        wait_for(both_processes_refused, timeout_s=30, what="both processes to fail fast")
+        assert len(loopback.calls) == 1  # one probe across both processes
+        assert CircuitBreaker.objects.get(name="email:http").state == CircuitState.HALF_OPEN
+
+        loopback.hold = False
+        loopback.release.set()
+        sent = Notification.objects.filter(status=Status.SENT)
+        wait_for(lambda: sent.count() == len(notifications), timeout_s=30, what="all sent")
+    finally:
+        loopback.release.set()
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        output, _ = worker.communicate(timeout=30)
+        assert worker.returncode == 0, output
+    assert len(loopback.calls) == len(notifications)  # the probe, then one call per other one
+    assert len(loopback.sent) == len(notifications)
+    assert CircuitBreaker.objects.get(name="email:http").state == CircuitState.CLOSED
+
+
+def test_a_closed_circuit_costs_one_read_per_ttl_and_no_write_per_success():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from delivery.circuits.services import Allowed, Circuit
+    from delivery.providers.base import Accepted, TemporaryFailure
+
+    policy = CircuitPolicy(threshold=3, cooldown_s=30, probe_timeout_s=10, read_ttl_s=60)
+    breaker = Circuit("email:simulated", policy)
+    circuits_register([breaker])
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(20):
+            admission = breaker.admit()
+            assert admission == Allowed()
+            breaker.record(admission, Accepted("m"))
+    assert len(queries) == 1  # one read, reused; successes with no failure run write nothing
+
+    breaker.record(Allowed(), TemporaryFailure("busy"))
+    with CaptureQueriesContext(connection) as queries:
+        admission = breaker.admit()
+        breaker.record(admission, Accepted("m"))
+    # After a failure the state is read again, and the success that ends the run resets it.
+    assert len(queries) == 2
+    assert CircuitBreaker.objects.get(name="email:simulated").consecutive_failures == 0
+
+
+def test_the_probe_is_due_by_the_database_clock_after_the_cooldown_or_an_expired_probe():
+    """The cooldown and the probe's expiry are read against notifyqueue_now(), so a worker
+    whose own clock is off neither probes early nor waits late."""
+    repository = CircuitRepository()
+    clock = DbClock()
+    repository.failed(name=EMAIL, threshold=1)
+
+    def due() -> bool:
+        return repository.read(name=EMAIL, cooldown_s=30).probe_due
+
+    clock.advance(29.9)
+    assert not due()
+    clock.advance(0.1)
+    assert due()
+    assert repository.probe_take(name=EMAIL, cooldown_s=30, probe_timeout_s=20) is not None
+    clock.advance(19)
+    assert not due()
+    clock.advance(1)
+    assert due()  # the probe's worker never answered: it may be taken over
+    repository.succeeded(name=EMAIL)
+    assert repository.read(name=EMAIL, cooldown_s=30).state == CircuitState.HALF_OPEN

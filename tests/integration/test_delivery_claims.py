@@ -1,0 +1,254 @@
+"""The claim and finish statements on real PostgreSQL, raced from separate connections."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from delivery.models import DeliveryAttempt, Outcome
+from delivery.repositories import SQL, DeliveryRepository, Finish
+from notifications.models import Notification, Status
+from tests.support.clock import DbClock
+from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.races import run_in_threads
+
+repo = DeliveryRepository()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_exactly_one_of_ten_workers_claims_a_single_notification():
+    client = ClientFactory()
+    for _ in range(25):
+        notification = NotificationFactory(client=client)
+
+        def claim(i, barrier):
+            barrier.wait()
+            return repo.notification_claim_due(worker=f"w{i}", limit=1, claim_timeout_s=30)
+
+        claims = [c for batch in run_in_threads(10, claim) for c in batch]
+        assert [c.id for c in claims] == [notification.id]
+        notification.refresh_from_db()
+        assert notification.status == Status.PROCESSING
+        assert notification.claim_token == claims[0].claim_token
+        assert notification.attempt_count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_without_the_lock_two_workers_claim_the_same_row():
+    """The race the claim prevents is real: read-then-update hands one row to every reader."""
+    notification = NotificationFactory()
+
+    def claim_without_lock(i, barrier):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM notification WHERE status = 'PENDING' AND due_at <= now() "
+                "ORDER BY priority, due_at, created_at LIMIT 1"
+            )
+            row = cursor.fetchone()
+            barrier.wait()  # every worker has read before any writes
+            cursor.execute(
+                "UPDATE notification SET status = 'PROCESSING', claim_token = %s, "
+                "claimed_by = %s, claim_expires_at = now() WHERE id = %s",
+                [uuid.uuid4(), f"w{i}", row[0]],
+            )
+            return cursor.rowcount
+
+    assert sum(run_in_threads(10, claim_without_lock)) == 10
+
+    # The same interleaving with FOR UPDATE SKIP LOCKED hands the row to one worker only.
+    Notification.objects.filter(id=notification.id).update(
+        status=Status.PENDING, claim_token=None, claimed_by=None, claim_expires_at=None
+    )
+
+    def claim_with_lock(i, barrier):
+        from django.db import transaction
+
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM notification WHERE status = 'PENDING' AND due_at <= now() "
+                "ORDER BY priority, due_at, created_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+            )
+            row = cursor.fetchone()
+            barrier.wait()
+            if row is None:
+                return 0
+            cursor.execute(
+                "UPDATE notification SET status = 'PROCESSING', claim_token = %s, "
+                "claimed_by = %s, claim_expires_at = now() WHERE id = %s",
+                [uuid.uuid4(), f"w{i}", row[0]],
+            )
+            return cursor.rowcount
+
+    assert sum(run_in_threads(10, claim_with_lock)) == 1
+
+
+@pytest.mark.django_db
+def test_claim_takes_due_rows_in_priority_then_due_then_creation_order():
+    now = timezone.now()
+    client = ClientFactory()
+    low = NotificationFactory(client=client, priority=3, due_at=now - timedelta(hours=1))
+    normal_late = NotificationFactory(client=client, priority=2, due_at=now - timedelta(minutes=1))
+    normal_early = NotificationFactory(client=client, priority=2, due_at=now - timedelta(minutes=5))
+    critical = NotificationFactory(client=client, priority=0, due_at=now)
+    NotificationFactory(client=client, priority=0, due_at=now + timedelta(minutes=1))  # not due
+    DbClock(now)
+    claims = repo.notification_claim_due(worker="w", limit=10, claim_timeout_s=30)
+    assert [c.id for c in claims] == [critical.id, normal_early.id, normal_late.id, low.id]
+
+
+@pytest.mark.django_db
+def test_claim_records_the_attempt_it_starts():
+    notification = NotificationFactory()
+    now = DbClock().now
+    [claim] = repo.notification_claim_due(worker="w1", limit=5, claim_timeout_s=30)
+    attempt = DeliveryAttempt.objects.get(notification=notification)
+    assert (attempt.number, attempt.worker, attempt.claim_token) == (1, "w1", claim.claim_token)
+    assert attempt.finished_at is None
+    notification.refresh_from_db()
+    assert notification.claim_expires_at == now + timedelta(seconds=30)
+
+
+@pytest.mark.django_db
+def test_stale_workers_late_result_is_rejected_by_the_claim_token():
+    notification = NotificationFactory()
+    clock = DbClock()
+    [slow] = repo.notification_claim_due(worker="slow", limit=1, claim_timeout_s=30)
+    # The slow worker's claim expires; another worker reclaims and claims it again.
+    clock.advance(31)
+    assert [r.id for r in repo.notification_reclaim_expired()] == [notification.id]
+    [fast] = repo.notification_claim_due(worker="fast", limit=1, claim_timeout_s=30)
+    assert fast.claim_token != slow.claim_token
+
+    late = Finish(slow.id, slow.claim_token, Status.SENT, Outcome.SENT, message_id="late")
+    assert repo.notification_finish([late]) == []
+    notification.refresh_from_db()
+    assert notification.status == Status.PROCESSING  # untouched by the stale result
+
+    current = Finish(fast.id, fast.claim_token, Status.SENT, Outcome.SENT, message_id="m-2")
+    assert [(f.id, f.status) for f in repo.notification_finish([current])] == [
+        (notification.id, "SENT")
+    ]
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.SENT, 2)
+    outcomes = list(
+        DeliveryAttempt.objects.filter(notification=notification)
+        .order_by("number")
+        .values_list("worker", "outcome")
+    )
+    assert outcomes == [("slow", Outcome.ABANDONED), ("fast", Outcome.SENT)]
+
+
+@pytest.mark.django_db
+def test_a_crash_on_the_last_attempt_gets_one_final_resend_then_dead_letters():
+    notification = NotificationFactory(max_attempts=2)
+    clock = DbClock()
+    for attempt in (1, 2, 3):
+        [claim] = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=1)
+        assert claim.attempt_count == attempt
+        clock.advance(2)  # the worker dies; its claim expires
+        [reclaimed] = repo.notification_reclaim_expired()
+        expected = Status.DEAD_LETTERED if attempt == 3 else Status.PENDING
+        assert reclaimed.status == expected
+    notification.refresh_from_db()
+    assert notification.attempt_count == 3  # max_attempts + the one re-check
+    assert "did not report back" in notification.last_error
+
+
+@pytest.mark.django_db
+def test_claim_plan_reads_the_partial_pending_index():
+    """40,000 rows from four clients, one in ten still waiting: the claim walks the (priority,
+    client) pairs of the pending index and each pair's due range, never the whole table."""
+    clients = [ClientFactory().id for _ in range(4)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                channel, recipient, subject, body, priority, metadata, fallback_channels,
+                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                created_at, updated_at)
+            SELECT gen_random_uuid(), (%s::uuid[])[1 + g %% 4], 'k' || g, '', 'email',
+                'a@example.com', '', 'b', g %% 4, '{}', '[]',
+                CASE WHEN g %% 10 = 0 THEN 'PENDING' ELSE 'SENT' END,
+                now(), now(), 1, 6, 0, now(), now()
+            FROM generate_series(1, 40000) AS g
+            """,
+            [clients],
+        )
+        cursor.execute("ANALYZE notification")
+        cursor.execute(
+            "EXPLAIN " + SQL["notification_claim_due"],
+            {"worker": "w", "limit": 100, "claim_timeout_s": 30},
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "using notification_pending_client" in plan, plan
+    assert "Seq Scan on notification" not in plan, plan
+
+
+@pytest.mark.django_db
+def test_within_a_priority_the_claim_takes_clients_in_turn_not_the_oldest_backlog_first():
+    """A flooded 100 rows before B created 5: a claim of 10 takes 5 of each (each client's
+    share of the claim), oldest first within each, instead of A's 10 oldest. A CRITICAL of
+    either still goes before both."""
+    a, b = ClientFactory(), ClientFactory()
+    now = timezone.now()
+    flood = [
+        NotificationFactory(client=a, due_at=now - timedelta(minutes=10, seconds=-i))
+        for i in range(100)
+    ]
+    later = [NotificationFactory(client=b, due_at=now - timedelta(seconds=5 - i)) for i in range(5)]
+    critical = NotificationFactory(client=a, priority=0, due_at=now)
+    DbClock(now)
+    claims = repo.notification_claim_due(worker="w", limit=11, claim_timeout_s=30)
+    assert claims[0].id == critical.id
+    assert {c.id for c in claims[1:]} == {n.id for n in flood[:5]} | {n.id for n in later}
+    again = repo.notification_claim_due(worker="w", limit=4, claim_timeout_s=30)
+    assert {c.id for c in again} == {n.id for n in flood[5:9]}  # B has nothing left due
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_racing_a_claim_exactly_one_wins_and_a_cancelled_row_is_never_sent():
+    from notifications.services import NotificationNotCancellable, notification_cancel
+    from tests.support.delivery_helpers import worker_build
+
+    client = ClientFactory()
+    winners = {"cancel": 0, "claim": 0}
+    for _ in range(25):
+        notification = NotificationFactory(client=client)
+
+        def race(i, barrier, notification=notification):
+            barrier.wait()
+            if i == 0:
+                try:
+                    notification_cancel(
+                        notification_id=notification.id, client_id=client.id, now=timezone.now()
+                    )
+                    return "cancel"
+                except NotificationNotCancellable:
+                    return None
+            claims = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
+            return "claim" if claims else None
+
+        results = [r for r in run_in_threads(2, race) if r]
+        assert len(results) == 1, results
+        winners[results[0]] += 1
+        notification.refresh_from_db()
+        expected = Status.CANCELLED if results == ["cancel"] else Status.PROCESSING
+        assert notification.status == expected
+        # Settle the round: a claimed row is released, a cancelled one stays cancelled.
+        Notification.objects.filter(status=Status.PROCESSING).update(
+            status=Status.SENT, claim_token=None, claim_expires_at=None
+        )
+
+    worker = worker_build()
+    worker.run(until_empty=True)
+    from delivery.models import SimulatedProviderMessage
+
+    cancelled = Notification.objects.filter(status=Status.CANCELLED).values_list("id", flat=True)
+    sent_keys = set(SimulatedProviderMessage.objects.values_list("idempotency_key", flat=True))
+    assert not {f"{n}:email" for n in cancelled} & sent_keys
+    assert winners["cancel"] + winners["claim"] == 25
+    print(f"cancel won {winners['cancel']} rounds, claim won {winners['claim']}")

@@ -1,0 +1,89 @@
+"""/metrics under gunicorn with several worker processes reports the whole API.
+
+Real gunicorn (notifyqueue/gunicorn.conf.py, 3 workers) on 127.0.0.1 against the test
+database: notifications are created through it while /metrics is scraped many times. Each
+scrape lands on whichever process accepts it; every counter must still only grow, and the
+created-notifications counter must equal what was created.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.gunicorn_server import gunicorn_environment, gunicorn_serving
+
+ROOT = Path(__file__).resolve().parents[2]
+GUNICORN_WORKERS = 3
+ROUNDS = 12
+CREATES_PER_ROUND = 3
+SCRAPES_PER_ROUND = 4
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def counters(text: str) -> dict[tuple[str, frozenset], float]:
+    """Every sample of every counter and histogram (the series that must never go down)."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.type in {"counter", "histogram"}
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+@pytest.fixture
+def gunicorn(database_url):
+    with gunicorn_serving(
+        gunicorn_environment(DATABASE_URL=database_url), workers=GUNICORN_WORKERS
+    ) as base:
+        yield base
+
+
+def test_every_counter_is_monotonic_and_true_across_workers(gunicorn, make_client):
+    _, key = make_client("acme")
+    created = 0
+    scrapes = []
+    for round_ in range(ROUNDS):
+        for n in range(CREATES_PER_ROUND):
+            request = urllib.request.Request(
+                f"{gunicorn}/api/v1/notifications",
+                data=json.dumps(
+                    {"channel": "sms", "recipient": f"+4477009{round_:02d}{n:03d}", "body": "hi"}
+                ).encode(),
+                headers={
+                    "Authorization": f"Api-Key {key}",
+                    "Idempotency-Key": f"k-{round_}-{n}",
+                    "Content-Type": "application/json",
+                },
+                method="POST",
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == 201
+            created += 1
+        for _ in range(SCRAPES_PER_ROUND):
+            with urllib.request.urlopen(f"{gunicorn}/metrics", timeout=10) as response:
+                scraped = counters(response.read().decode())
+            total = scraped.get(
+                ("notifyqueue_notifications_created_total", frozenset({("channel", "sms")}))
+            )
+            assert total == created, f"scrape {len(scrapes)}: {total} != {created}"
+            posts = scraped.get(
+                ("django_http_requests_total_by_method_total", frozenset({("method", "POST")}))
+            )
+            assert posts == created
+            scrapes.append(scraped)
+
+    for before, after in itertools.pairwise(scrapes):
+        went_down = {
+            series: (value, after.get(series))
+            for series, value in before.items()
+            if after.get(series, 0.0) < value
+        }
+        assert not went_down

@@ -1,0 +1,356 @@
+"""The repository's queries on real PostgreSQL: results, guards, races, and their plans."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from notifications.models import Notification, Priority, Status
+from notifications.repositories import (
+    QUERIES,
+    DuplicateRequest,
+    ListFilters,
+    ListPosition,
+    NewNotification,
+    NotificationRepository,
+)
+from tests.support.factories import ClientFactory, NotificationFactory
+
+repository = NotificationRepository()
+
+
+def new_notification(client_id: uuid.UUID, key: str = "k-1", **fields) -> NewNotification:
+    values = {
+        "client_id": client_id,
+        "idempotency_key": key,
+        "request_fingerprint": "f" * 64,
+        "channel": "push",
+        "recipient": "device-token-0001",
+        "subject": "",
+        "body": "Hello",
+        "priority": Priority.CRITICAL,
+        "metadata": {"nested": {"list": [1, 2]}},
+        "user_id": None,
+        "template": None,
+        "payload": None,
+        "fallback_channels": [],
+        "max_attempts": 6,
+    }
+    return NewNotification(**{**values, **fields})
+
+
+DB_NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def database_clock_at_db_now(db):
+    """notifyqueue_now() answers DB_NOW inside this test's transaction (rolled back after)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE OR REPLACE FUNCTION notifyqueue_now() RETURNS timestamptz "
+            f"LANGUAGE sql STABLE AS $$ SELECT '{DB_NOW.isoformat()}'::timestamptz $$"
+        )
+
+
+@pytest.mark.django_db
+def test_insert_round_trips_every_field(database_clock_at_db_now):
+    client = ClientFactory()
+    record = repository.insert(new=new_notification(client.id))
+    assert record.priority is Priority.CRITICAL
+    assert record.metadata == {"nested": {"list": [1, 2]}}
+    assert (record.status, record.attempt_count) == (Status.PENDING, 0)
+    assert record.created_at == record.updated_at == record.send_at == record.due_at == DB_NOW
+    assert repository.get(notification_id=record.id, client_id=client.id) == record
+
+
+@pytest.mark.parametrize(
+    "timing, due",
+    [
+        ({"delay_seconds": 90}, DB_NOW + timedelta(seconds=90)),
+        ({"send_at": DB_NOW + timedelta(hours=2)}, DB_NOW + timedelta(hours=2)),
+        ({"send_at": DB_NOW - timedelta(days=400)}, DB_NOW),
+        ({}, DB_NOW),
+    ],
+)
+def test_due_time_comes_from_the_database_clock(database_clock_at_db_now, timing, due):
+    client = ClientFactory()
+    single = repository.insert(new=new_notification(client.id, **timing))
+    (batched,) = repository.insert_many(
+        client_id=client.id, new=[new_notification(client.id, key="k-2", **timing)]
+    )
+    assert single.send_at == single.due_at == due
+    assert batched.record.send_at == batched.record.due_at == due
+
+
+@pytest.mark.django_db
+def test_second_insert_with_the_key_raises_duplicate_request_with_the_first_row():
+    client = ClientFactory()
+    first = repository.insert(new=new_notification(client.id))
+    with pytest.raises(DuplicateRequest) as caught:
+        repository.insert(new=new_notification(client.id, body="other"))
+    assert caught.value.existing == first
+
+
+@pytest.mark.django_db
+def test_insert_is_one_statement_whether_new_or_a_replay():
+    client = ClientFactory()
+    with CaptureQueriesContext(connection) as new:
+        repository.insert(new=new_notification(client.id))
+    with CaptureQueriesContext(connection) as replay, pytest.raises(DuplicateRequest):
+        repository.insert(new=new_notification(client.id))
+    assert (len(new.captured_queries), len(replay.captured_queries)) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_insert_many_is_one_statement_with_an_answer_per_item_in_order():
+    client = ClientFactory()
+    old = repository.insert(new=new_notification(client.id, key="old"))
+    batch = [new_notification(client.id, key=f"n-{n}", body=f"B{n}") for n in range(50)]
+    batch.insert(10, new_notification(client.id, key="old", body="changed"))
+    with CaptureQueriesContext(connection) as captured:
+        results = repository.insert_many(client_id=client.id, new=batch)
+    assert len(captured.captured_queries) == 1
+    assert [r.record.idempotency_key for r in results] == [n.idempotency_key for n in batch]
+    assert [r.created for r in results] == [True] * 10 + [False] + [True] * 40
+    assert results[10].record == old
+    assert [r.record.body for r in results[11:]] == [f"B{n}" for n in range(10, 50)]
+    assert results[0].record.metadata == {"nested": {"list": [1, 2]}}
+    assert Notification.objects.filter(client_id=client.id).count() == 51
+
+
+@pytest.mark.django_db
+def test_insert_many_of_nothing_runs_no_statement():
+    client = ClientFactory()
+    with CaptureQueriesContext(connection) as captured:
+        assert repository.insert_many(client_id=client.id, new=[]) == []
+    assert captured.captured_queries == []
+
+
+@pytest.mark.django_db
+def test_a_check_constraint_violation_becomes_invalid_request():
+    from notifyqueue.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest):
+        repository.insert(new=new_notification(ClientFactory().id, channel="pigeon"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_insert_racing_an_uncommitted_one_waits_and_gets_duplicate_request():
+    client = ClientFactory()
+    inserted, release = threading.Event(), threading.Event()
+    holder: dict = {}
+
+    def first_request() -> None:
+        try:
+            with transaction.atomic():
+                holder["record"] = repository.insert(new=new_notification(client.id))
+                inserted.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    def second_request() -> None:
+        try:
+            repository.insert(new=new_notification(client.id))
+        except DuplicateRequest as duplicate:
+            holder["duplicate"] = duplicate.existing
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=first_request)
+    first.start()
+    assert inserted.wait(timeout=30)
+    second = threading.Thread(target=second_request)
+    second.start()
+    second.join(timeout=0.3)
+    assert second.is_alive(), "the second insert should wait for the first to commit"
+    release.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert holder["duplicate"] == holder["record"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_racing_an_uncommitted_insert_answers_that_row_for_its_key():
+    client = ClientFactory()
+    inserted, release = threading.Event(), threading.Event()
+    holder: dict = {}
+
+    def single_request() -> None:
+        try:
+            with transaction.atomic():
+                holder["record"] = repository.insert(new=new_notification(client.id, key="k-2"))
+                inserted.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    def batch_request() -> None:
+        try:
+            keys = ["k-1", "k-2", "k-3"]
+            holder["batch"] = repository.insert_many(
+                client_id=client.id, new=[new_notification(client.id, key=k) for k in keys]
+            )
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=single_request)
+    first.start()
+    assert inserted.wait(timeout=30)
+    second = threading.Thread(target=batch_request)
+    second.start()
+    second.join(timeout=0.3)
+    assert second.is_alive(), "the batch should wait for the conflicting insert to commit"
+    release.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert [r.created for r in holder["batch"]] == [True, False, True]
+    assert holder["batch"][1].record == holder["record"]
+
+
+@pytest.mark.django_db
+def test_cancel_pending_changes_only_the_owners_pending_row():
+    mine = NotificationFactory()
+    sent = NotificationFactory(client=mine.client, status=Status.SENT)
+    now = timezone.now() + timedelta(seconds=1)
+    other = ClientFactory()
+    assert repository.cancel_pending(notification_id=mine.id, client_id=other.id, now=now) is None
+    assert (
+        repository.cancel_pending(notification_id=sent.id, client_id=sent.client_id, now=now)
+        is None
+    )
+    cancelled = repository.cancel_pending(
+        notification_id=mine.id, client_id=mine.client_id, now=now
+    )
+    assert (cancelled.status, cancelled.updated_at) == (Status.CANCELLED, now)
+    assert (
+        repository.cancel_pending(notification_id=mine.id, client_id=mine.client_id, now=now)
+        is None
+    )
+
+
+@pytest.mark.django_db
+def test_pending_count_stops_at_its_limit():
+    client = ClientFactory()
+    NotificationFactory.create_batch(5, client=client)
+    NotificationFactory(client=client, status=Status.SENT)
+    assert repository.pending_count(client_id=client.id, limit=3) == 3
+    assert repository.pending_count(client_id=client.id, limit=10) == 5
+    assert repository.pending_count(client_id=ClientFactory().id, limit=10) == 0
+
+
+def insert_pending_rows(client_id: uuid.UUID, count: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                channel, recipient, subject, body, priority, metadata, fallback_channels,
+                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                created_at, updated_at)
+            SELECT gen_random_uuid(), %s, 'bulk-' || n, '', 'email', 'u' || n || '@example.com',
+                   '', 'x', 2, '{}', '[]', 'PENDING', now(), now(), 0, 6, 0,
+                   now() - n * interval '1 second', now() - n * interval '1 second'
+              FROM generate_series(1, %s) AS n
+            """,
+            [client_id, count],
+        )
+        cursor.execute("ANALYZE notification")
+
+
+def explain(sql: str, params=None, *, analyze: bool = False) -> dict:
+    options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+    with connection.cursor() as cursor:
+        # Tiny test tables make sequential scans cheapest; the question is whether an index
+        # serves the query at all, as it must once the table is large.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN ({options}) {sql}", params)
+        (plan,) = cursor.fetchone()
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+
+
+def nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+@pytest.mark.django_db
+def test_pending_count_reads_an_index_and_no_more_than_limit_rows():
+    client = ClientFactory()
+    insert_pending_rows(client.id, 3000)
+    with transaction.atomic():
+        plan = explain(
+            QUERIES["client_pending_count"], {"client_id": client.id, "limit": 101}, analyze=True
+        )
+    scans = [node for node in nodes(plan) if "Index Name" in node]
+    assert [scan["Index Name"] for scan in scans] == ["notification_client_pending"]
+    assert scans[0]["Actual Rows"] <= 101
+
+
+def list_query_sql(**kwargs) -> str:
+    kwargs = {"after": None, "before": None, **kwargs}
+    with CaptureQueriesContext(connection) as captured:
+        repository.list_page(limit=50, **kwargs)
+    (query,) = captured.captured_queries
+    return query["sql"]
+
+
+@pytest.fixture
+def two_busy_clients(db) -> tuple[uuid.UUID, uuid.UUID]:
+    """Enough rows, with statistics, for the planner to choose as it would in production."""
+    busy, other = ClientFactory(), ClientFactory()
+    insert_pending_rows(busy.id, 4000)
+    insert_pending_rows(other.id, 4000)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE notification SET status = 'SENT' WHERE random() < 0.8")
+        cursor.execute("ANALYZE notification")
+    return busy.id, other.id
+
+
+@pytest.mark.parametrize(
+    "filters, index",
+    [
+        (ListFilters(), "notification_client_list"),
+        (ListFilters(status="PENDING"), "notification_client_status"),
+        (ListFilters(recipient="u7@example.com"), "notification_recipient"),
+    ],
+)
+def test_client_list_queries_use_an_index(two_busy_clients, filters, index):
+    with transaction.atomic():
+        plan = explain(list_query_sql(client_id=two_busy_clients[0], filters=filters))
+    assert index in {node.get("Index Name") for node in nodes(plan)}
+
+
+@pytest.mark.parametrize("filters", [ListFilters(), ListFilters(status="SENT")])
+def test_client_list_pages_come_off_the_index_in_order(two_busy_clients, filters):
+    with transaction.atomic():
+        plan = explain(list_query_sql(client_id=two_busy_clients[0], filters=filters))
+    assert "Sort" not in {node["Node Type"] for node in nodes(plan)}
+
+
+def test_operator_list_reads_the_recent_index_without_sorting(two_busy_clients):
+    with transaction.atomic():
+        plan = explain(list_query_sql(client_id=None, filters=ListFilters()))
+    assert "notification_recent" in {node.get("Index Name") for node in nodes(plan)}
+    assert "Sort" not in {node["Node Type"] for node in nodes(plan)}
+
+
+@pytest.mark.parametrize("direction", ["after", "before"])
+def test_a_cursor_page_starts_inside_the_index(two_busy_clients, direction):
+    position = ListPosition(created_at=timezone.now() - timedelta(seconds=2000), id=uuid.uuid4())
+    sql = list_query_sql(
+        client_id=two_busy_clients[0], filters=ListFilters(), **{direction: position}
+    )
+    with transaction.atomic():
+        plan = explain(sql)
+    scan = next(node for node in nodes(plan) if node.get("Index Name"))
+    assert scan["Index Name"] == "notification_client_list"
+    assert "created_at" in scan["Index Cond"]
+    assert "Sort" not in {node["Node Type"] for node in nodes(plan)}

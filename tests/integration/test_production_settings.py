@@ -1,0 +1,102 @@
+"""Production refuses insecure defaults: no database nor secret key unless given, or unless the
+development switch (set by dev.py and the tests) asks for the embedded server and a dev key.
+
+Each case is a real `manage.py` process with a controlled environment.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVELOPMENT_AND_PRODUCTION_VARIABLES = (
+    "NOTIFYQUEUE_DEV_EMBEDDED_DB",
+    "DATABASE_URL",
+    "DJANGO_SECRET_KEY",
+    "DJANGO_DEBUG",
+    "DJANGO_ALLOWED_HOSTS",
+)
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in DEVELOPMENT_AND_PRODUCTION_VARIABLES}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_without_database_url_or_the_development_switch_a_command_stops_with_a_message():
+    result = manage("check")
+
+    assert result.returncode == 1
+    assert "DATABASE_URL is not set" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_needs_no_database():
+    result = manage("--help")
+
+    assert result.returncode == 0, result.stderr
+    assert "Available subcommands" in result.stdout
+    assert "DATABASE_URL is not set" in result.stdout
+
+
+def test_without_a_secret_key_production_stops_with_a_message(database_url):
+    result = manage("check", DATABASE_URL=database_url)
+
+    assert result.returncode == 1
+    assert "DJANGO_SECRET_KEY is not set" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.django_db
+def test_check_deploy_is_clean_with_the_documented_production_variables(database_url):
+    # The variables docs/operations.md lists under "Production settings".
+    result = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DATABASE_URL=database_url,
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        DJANGO_ALLOWED_HOSTS="notify.example.com",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
+def test_gunicorn_without_database_url_stops_with_the_message():
+    clean = {k: v for k, v in os.environ.items() if k not in DEVELOPMENT_AND_PRODUCTION_VARIABLES}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-c",
+            str(ROOT / "notifyqueue" / "gunicorn.conf.py"),
+            "--bind",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode != 0
+    assert "DATABASE_URL is not set" in result.stderr

@@ -1,0 +1,311 @@
+"""Priority order and the per-recipient rolling-window rate limit, on real PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from delivery.models import DeliveryAttempt, Outcome
+from delivery.repositories import DeliveryRepository
+from notifications.models import Notification, Priority, Status
+from ratelimits.models import RecipientDelivery
+from ratelimits.repositories import ClaimLost, RateLimitRepository
+from ratelimits.services import RateLimit
+from tests.support.delivery_helpers import FakeClock, simulated_providers
+from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.operator_helpers import notifications_insert_bulk
+from tests.support.races import run_in_threads
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WINDOW_S = 60.0
+
+
+def limited_worker(clock, *, limit=10, batch_size=100, concurrency=4):
+    from delivery.services import RetryPolicy
+    from delivery.worker import Worker, WorkerConfig
+
+    return Worker(
+        providers=simulated_providers(),
+        config=WorkerConfig(
+            concurrency=concurrency,
+            batch_size=batch_size,
+            poll_interval_s=0.05,
+            heartbeat_s=60,
+            rate_limit=RateLimit(limit=limit, window_s=WINDOW_S),
+        ),
+        policy=RetryPolicy(base_s=0.5, max_s=60),
+    )
+
+
+def step_until_idle(worker) -> None:
+    """Runs the worker at the clock's current time until nothing due is left."""
+    for _ in range(1000):
+        step = worker.run_once(wait_s=0.5)
+        if not (step.claimed or step.finished or step.in_flight):
+            return
+    raise AssertionError("worker never went idle")
+
+
+@pytest.fixture
+def clock():
+    clock = FakeClock(timezone.now() + timedelta(seconds=1))
+    return clock
+
+
+def rate_key(recipient: str, *, channel: str = "email", client_id=None) -> bytes:
+    """ratelimit_key() of migration ratelimits 0003, as the window table stores it."""
+    key = f"in_app:{client_id}:{recipient}" if channel == "in_app" else recipient
+    return hashlib.sha256(key.encode()).digest()
+
+
+def window_count(recipient: str, **kwargs) -> int:
+    return RecipientDelivery.objects.filter(key=rate_key(recipient, **kwargs)).count()
+
+
+def window_fill(recipient: str, notification, at) -> None:
+    RecipientDelivery.objects.create(
+        key=rate_key(recipient), at=at, notification=notification, claim_token=notification.id
+    )
+
+
+def sent_times(recipient: str) -> list:
+    return sorted(
+        Notification.objects.filter(recipient=recipient, status=Status.SENT).values_list(
+            "sent_at", flat=True
+        )
+    )
+
+
+def test_one_worker_takes_critical_then_high_then_normal_then_low(clock, workers):
+    client = ClientFactory()
+    created = {
+        priority: NotificationFactory(client=client, priority=priority, recipient=f"{p}@x.com")
+        for p, priority in [("low", 3), ("normal", 2), ("critical", 0), ("high", 1)]
+    }
+    from tests.support.delivery_helpers import worker_build
+
+    worker = worker_build(concurrency=1, batch_size=1)
+    workers(worker)
+    step_until_idle(worker)
+    # The fake clock stands still, so started_at ties; attempt ids record the claim order.
+    order = list(DeliveryAttempt.objects.order_by("id").values_list("notification_id", flat=True))
+    expected = [
+        created[p].id for p in (Priority.CRITICAL, Priority.HIGH, Priority.NORMAL, Priority.LOW)
+    ]
+    assert order == expected
+
+
+def test_twelve_due_with_limit_ten_sends_ten_and_defers_two_to_the_exact_free_moment(
+    clock, workers
+):
+    client = ClientFactory()
+    for _ in range(12):
+        NotificationFactory(client=client, recipient="ada@example.com")
+    from prometheus_client import REGISTRY
+
+    def deferrals():
+        labels = {"channel": "email"}
+        return REGISTRY.get_sample_value("notifyqueue_rate_limit_deferrals_total", labels) or 0
+
+    before = deferrals()
+    worker = limited_worker(clock)
+    workers(worker)
+    step_until_idle(worker)
+
+    assert Notification.objects.filter(status=Status.SENT).count() == 10
+    # The 11th is claimed and deferred; its deferral schedules the 12th too, which is then
+    # deferred again only if it was already claimed by another delivery slot.
+    deferred_count = deferrals() - before
+    assert deferred_count in (1, 2)
+    waiting = list(Notification.objects.filter(status=Status.PENDING).order_by("due_at"))
+    assert len(waiting) == 2
+    oldest = [r.at for r in RecipientDelivery.objects.order_by("at")[:2]]
+    assert [n.due_at for n in waiting] == [t + timedelta(seconds=WINDOW_S) for t in oldest]
+    assert {n.attempt_count for n in waiting} == {0}  # the deferral gave the attempt back
+    assert {n.last_error for n in waiting} == {None}  # and recorded no failure
+    deferred = DeliveryAttempt.objects.filter(outcome=Outcome.RATE_LIMITED)
+    assert deferred.count() == deferred_count
+    assert set(deferred.values_list("error", flat=True)) == {None}
+
+    clock.now = waiting[0].due_at - timedelta(milliseconds=1)
+    step_until_idle(worker)
+    assert Notification.objects.filter(status=Status.SENT).count() == 10  # not yet
+    clock.now = waiting[1].due_at
+    step_until_idle(worker)
+    assert Notification.objects.filter(status=Status.SENT).count() == 12
+
+
+def test_the_window_rolls_instead_of_resetting(clock, workers):
+    """Ten at 12:59 and ten more at 13:00 is impossible: the next ten wait a full window."""
+    client = ClientFactory()
+    for _ in range(10):
+        NotificationFactory(client=client, recipient="ada@example.com")
+    worker = limited_worker(clock)
+    workers(worker)
+    step_until_idle(worker)
+    first_batch = sent_times("ada@example.com")
+    assert len(first_batch) == 10
+
+    clock.advance(WINDOW_S / 60)  # "one minute later", whatever a clock hour would say
+    for _ in range(10):
+        NotificationFactory(
+            client=client, recipient="ada@example.com", send_at=clock.now, due_at=clock.now
+        )
+    step_until_idle(worker)
+    assert len(sent_times("ada@example.com")) == 10
+    clock.now = first_batch[-1] + timedelta(seconds=WINDOW_S)
+    step_until_idle(worker)
+    times = sent_times("ada@example.com")
+    assert len(times) == 20
+    for i in range(len(times) - 10):  # any 11 consecutive sends span at least a window
+        assert times[i + 10] - times[i] >= timedelta(seconds=WINDOW_S)
+
+
+def test_a_recipient_over_its_limit_does_not_delay_another_recipient(clock, workers):
+    client = ClientFactory()
+    for _ in range(30):
+        NotificationFactory(client=client, recipient="busy@example.com")
+    others = NotificationFactory.create_batch(5, client=client)
+    worker = limited_worker(clock, batch_size=10)
+    workers(worker)
+    step_until_idle(worker)
+    assert {n.status for n in Notification.objects.filter(id__in=[o.id for o in others])} == {
+        Status.SENT
+    }
+    assert (
+        Notification.objects.filter(recipient="busy@example.com", status=Status.SENT).count() == 10
+    )
+
+
+def test_critical_passes_a_full_window_and_still_counts(clock, workers):
+    client = ClientFactory()
+    for _ in range(10):
+        NotificationFactory(client=client, recipient="ada@example.com")
+    worker = limited_worker(clock)
+    workers(worker)
+    step_until_idle(worker)
+    critical = NotificationFactory(
+        client=client,
+        recipient="ada@example.com",
+        priority=Priority.CRITICAL,
+        send_at=clock.now,
+        due_at=clock.now,
+    )
+    normal = NotificationFactory(
+        client=client, recipient="ada@example.com", send_at=clock.now, due_at=clock.now
+    )
+    step_until_idle(worker)
+    critical.refresh_from_db()
+    normal.refresh_from_db()
+    assert critical.status == Status.SENT
+    assert normal.status == Status.PENDING
+    assert window_count("ada@example.com") == 11
+
+
+def test_two_workers_racing_for_the_last_slot_send_once(clock):
+    """Nine deliveries in the window, two claims for the same recipient checked at the same
+    moment from two connections: exactly one is admitted, 25 times over."""
+    repo = DeliveryRepository()
+    limits = RateLimitRepository()
+    client = ClientFactory()
+    for round_number in range(25):
+        recipient = f"race{round_number}@example.com"
+        for _ in range(9):
+            n = NotificationFactory(client=client, recipient=recipient, status=Status.SENT)
+            window_fill(recipient, n, clock.now)
+        NotificationFactory.create_batch(
+            2, client=client, recipient=recipient, send_at=clock.now, due_at=clock.now
+        )
+        claims = repo.notification_claim_due(worker="w", limit=2, claim_timeout_s=30)
+        assert len(claims) == 2
+
+        def admit(i, barrier, claims=claims, recipient=recipient):
+            barrier.wait()
+            return limits.recipient_admit(
+                channel="email",
+                client_id=client.id,
+                recipient=recipient,
+                notification_id=claims[i].id,
+                claim_token=claims[i].claim_token,
+                critical=False,
+                limit=10,
+                window_s=WINDOW_S,
+            )
+
+        results = run_in_threads(2, admit)
+        kinds = sorted(type(r).__name__ for r in results)
+        assert kinds == ["Admitted", "Deferred"], (round_number, results)
+        assert window_count(recipient) == 10
+        repo_rows = Notification.objects.filter(recipient=recipient, status=Status.PENDING)
+        assert repo_rows.count() == 1
+
+
+def test_a_failed_attempt_gives_its_slot_back(clock, workers):
+    client = ClientFactory()
+    NotificationFactory(client=client, recipient="permanent-failure@example.com")
+    worker = limited_worker(clock)
+    workers(worker)
+    step_until_idle(worker)
+    assert not RecipientDelivery.objects.exists()
+
+
+def test_a_lost_claim_is_not_deferred(clock):
+    client = ClientFactory()
+    recipient = "ada@example.com"
+    for _ in range(10):
+        n = NotificationFactory(client=client, recipient=recipient, status=Status.SENT)
+        window_fill(recipient, n, clock.now)
+    notification = NotificationFactory(client=client, recipient=recipient)
+    import uuid
+
+    result = RateLimitRepository().recipient_admit(
+        channel="email",
+        client_id=client.id,
+        recipient=recipient,
+        notification_id=notification.id,
+        claim_token=uuid.uuid4(),
+        critical=False,
+        limit=10,
+        window_s=WINDOW_S,
+    )
+    assert result == ClaimLost()
+
+
+def test_a_backlogged_recipient_is_not_claimed_and_deferred_over_and_over(clock, workers):
+    """1,000 waiting for one recipient, limit 10: each row is deferred at most once and every
+    later claim of that recipient is a send, so three windows cost about 1,000 + 30 claims'
+    worth of work for the first batch and then one claim per send, not 990 per window."""
+    client = ClientFactory()
+    recipient = "backlog@example.com"
+    notifications_insert_bulk(
+        client_id=client.id,
+        count=1000,
+        status=Status.PENDING,
+        recipient=recipient,
+        start=clock.now - timedelta(seconds=2),
+        attempt_count=0,
+        last_error=None,
+    )
+    worker = limited_worker(clock, batch_size=100, concurrency=8)
+    workers(worker)
+    repository = DeliveryRepository()
+    end = clock.now + timedelta(seconds=3 * WINDOW_S)
+    while True:
+        step_until_idle(worker)
+        due_in = repository.notification_next_due_in()
+        if due_in is None or clock.now + timedelta(seconds=due_in) >= end:
+            break
+        clock.advance(max(0.0, due_in))
+
+    sent = Notification.objects.filter(recipient=recipient, status=Status.SENT).count()
+    assert sent == 30  # 10 per window, three windows
+    claims = DeliveryAttempt.objects.filter(notification__recipient=recipient)
+    deferrals = claims.filter(outcome=Outcome.RATE_LIMITED).count()
+    print(f"backlog of 1000, limit 10, 3 windows: {claims.count()} claims, {deferrals} deferrals")
+    # The first batch of 100 defers 90; after that, each claim of this recipient is a send.
+    assert deferrals <= 100
+    assert claims.count() <= 100 + sent

@@ -1,0 +1,116 @@
+"""One structured line per state change, and the JSON form of it (LOG_FORMAT=json)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from notifications import retries, services
+from notifications.models import Status
+from notifyqueue.logformat import JsonFormatter
+from tests.support.factories import NotificationFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def record(message: str, *args) -> logging.LogRecord:
+    return logging.LogRecord("notifyqueue.delivery", logging.INFO, __file__, 1, message, args, None)
+
+
+def test_json_formatter_lifts_every_key_value_pair_into_a_field():
+    line = JsonFormatter().format(
+        record(
+            "attempt finished notification=%s client=%s channel=%s attempt=%d outcome=%s",
+            "3f6c2b0e",
+            "c1",
+            "email",
+            2,
+            "SENT",
+        )
+    )
+    entry = json.loads(line)
+    assert entry["logger"] == "notifyqueue.delivery"
+    assert entry["level"] == "INFO"
+    assert entry["message"].startswith("attempt finished notification=3f6c2b0e")
+    assert {k: entry[k] for k in ("notification", "client", "channel", "attempt", "outcome")} == {
+        "notification": "3f6c2b0e",
+        "client": "c1",
+        "channel": "email",
+        "attempt": 2,
+        "outcome": "SENT",
+    }
+    assert entry["ts"].endswith("Z")
+
+
+def test_json_formatter_never_lets_the_message_overwrite_its_own_fields():
+    entry = json.loads(JsonFormatter().format(record("odd level=DEBUG message=x")))
+    assert entry["level"] == "INFO"
+    assert entry["message"] == "odd level=DEBUG message=x"
+
+
+def test_json_formatter_keeps_extra_fields_and_the_exception():
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord(
+            "notifyqueue.delivery",
+            logging.ERROR,
+            __file__,
+            1,
+            "send failed notification=%s",
+            ("n1",),
+            sys.exc_info(),
+        )
+    failed.worker = "host-b:733:04ab9d"
+    entry = json.loads(JsonFormatter().format(failed))
+    assert (entry["notification"], entry["worker"], entry["level"]) == (
+        "n1",
+        "host-b:733:04ab9d",
+        "ERROR",
+    )
+    assert entry["exception"].startswith("Traceback") and "ValueError: boom" in entry["exception"]
+    assert "\n" not in JsonFormatter().format(failed)  # one line, the traceback escaped
+
+
+@pytest.mark.django_db
+def test_retry_and_cancel_each_log_one_line_naming_the_notification(caplog):
+    dead = NotificationFactory(status=Status.DEAD_LETTERED, attempt_count=6)
+    pending = NotificationFactory()
+    caplog.set_level(logging.INFO, logger="notifyqueue.notifications")
+
+    retries.notification_retry(notification_id=dead.id, operator="admin:ops", now=timezone.now())
+    services.notification_cancel(
+        notification_id=pending.id, client_id=pending.client_id, now=timezone.now()
+    )
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "notifyqueue.notifications"]
+    assert lines == [
+        f"notification retried notification={dead.id} client={dead.client_id} channel=email "
+        "attempt=0 outcome=RETRIED status=PENDING operator_retries=1 operator=admin:ops",
+        f"notification cancelled notification={pending.id} client={pending.client_id} "
+        "channel=email attempt=0 outcome=CANCELLED status=CANCELLED",
+    ]
+
+
+def test_log_format_json_setting_switches_the_console_handler():
+    script = (
+        "import django, logging; django.setup(); "
+        "logging.getLogger('notifyqueue.delivery').info('x notification=n1 attempt=3')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "notifyqueue.settings", "LOG_FORMAT": "json"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    entry = json.loads(done.stderr.strip().splitlines()[-1])
+    assert (entry["notification"], entry["attempt"]) == ("n1", 3)

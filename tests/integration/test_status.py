@@ -1,0 +1,246 @@
+"""`GET /status` on real PostgreSQL: healthy, degraded, and with the database gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from clients.models import Client, ClientAPIKey
+from delivery.repositories import DeliveryRepository
+from monitoring.repositories import SQL, HealthRepository
+from notifications.models import Priority, Status
+from tests.support.clock import DbClock
+from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.operator_helpers import notifications_insert_bulk
+from tests.support.webhook_factories import WebhookEventFactory
+from webhooks.models import DeliveryState
+
+pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def status():
+    """/status as an operator sees it: with the details."""
+    operator = Client.objects.get_or_create(name="status-operator", is_operator=True)[0]
+    _, key = ClientAPIKey.objects.create_key(name="status", client=operator)
+    response = APIClient().get("/status", HTTP_AUTHORIZATION=f"Api-Key {key}")
+    return response.status_code, response.json()
+
+
+def heartbeat(worker: str, *, seen_ago_s: float = 0.0) -> None:
+    DbClock(timezone.now() - timedelta(seconds=seen_ago_s))
+    DeliveryRepository().worker_heartbeat(worker=worker, hostname="host", pid=1, delivered=0)
+    DbClock.restore()
+
+
+def test_anonymous_status_says_healthy_or_not_and_nothing_else(make_client):
+    assert APIClient().get("/status").json() == {"status": "ok"}
+    NotificationFactory(send_at=timezone.now() - timedelta(minutes=5))
+    anonymous = APIClient().get("/status")
+    assert (anonymous.status_code, anonymous.json()) == (503, {"status": "degraded"})
+    _, key = make_client("not-an-operator")
+    plain = APIClient().get("/status", HTTP_AUTHORIZATION=f"Api-Key {key}")
+    assert plain.json() == {"status": "degraded"}
+    wrong = APIClient().get("/status", HTTP_AUTHORIZATION="Api-Key nope.nope")
+    assert wrong.json() == {"status": "degraded"}
+
+
+def test_the_metrics_token_shows_the_details(settings):
+    settings.NOTIFYQUEUE_METRICS_TOKEN = "s3cret"
+    body = APIClient().get("/status", HTTP_AUTHORIZATION="Bearer s3cret").json()
+    assert body["database"] == {"reachable": True}
+    assert APIClient().get("/status", HTTP_AUTHORIZATION="Bearer other").json() == {"status": "ok"}
+
+
+def test_an_empty_system_is_healthy():
+    code, body = status()
+    assert code == 200
+    assert body["status"] == "ok"
+    assert body["reasons"] == []
+    assert body["database"] == {"reachable": True}
+    assert body["migrations"] == {"applied": True, "pending": []}
+    assert body["queue"]["depth"] == {
+        "PENDING": 0,
+        "PROCESSING": 0,
+        "FAILED": 0,
+        "DEAD_LETTERED": 0,
+    }
+
+
+def test_overdue_work_and_no_live_worker_is_503_with_the_reason():
+    NotificationFactory(due_at=timezone.now() - timedelta(minutes=2))
+
+    code, body = status()
+
+    assert code == 503
+    assert body["status"] == "degraded"
+    assert len(body["reasons"]) == 1
+    assert body["reasons"][0].startswith("no live worker")
+    assert body["queue"]["oldest_overdue_seconds"] >= 120
+    assert body["workers"]["live"] == 0
+
+
+def test_a_live_worker_makes_the_same_backlog_healthy():
+    NotificationFactory(due_at=timezone.now() - timedelta(minutes=2))
+    heartbeat("w1")
+
+    code, body = status()
+
+    assert code == 200
+    assert body["workers"]["live"] == 1
+    assert body["workers"]["last_seen_at"] is not None
+
+
+def test_a_stale_or_stopped_worker_is_not_live(settings):
+    settings.NOTIFYQUEUE_HEARTBEAT_SECONDS = 5
+    NotificationFactory(due_at=timezone.now() - timedelta(minutes=2))
+    heartbeat("stale", seen_ago_s=16)  # missed three heartbeats
+    heartbeat("stopped")
+    DeliveryRepository().worker_stopped(worker="stopped", delivered=0)
+
+    code, body = status()
+
+    assert code == 503
+    assert body["workers"]["live"] == 0
+
+
+def test_work_scheduled_for_later_is_not_overdue():
+    NotificationFactory(due_at=timezone.now() + timedelta(hours=1))
+    code, body = status()
+    assert code == 200
+    assert body["queue"]["oldest_overdue_seconds"] == 0
+
+
+def test_depth_dead_letters_and_webhook_backlog_are_reported():
+    client = ClientFactory()
+    heartbeat("w1")
+    NotificationFactory.create_batch(3, client=client, priority=Priority.HIGH)
+    notifications_insert_bulk(client_id=client.id, count=4)
+    notifications_insert_bulk(client_id=client.id, count=2, status="FAILED")
+    WebhookEventFactory.create_batch(2, next_attempt_at=timezone.now() - timedelta(seconds=30))
+    WebhookEventFactory(state=DeliveryState.DELIVERED)
+
+    code, body = status()
+
+    assert code == 200
+    assert body["queue"]["depth"] == {
+        "PENDING": 3,
+        "PROCESSING": 0,
+        "FAILED": 2,
+        "DEAD_LETTERED": 4,
+    }
+    assert body["queue"]["dead_lettered"] == 4
+    assert body["webhooks"]["pending"] == 2
+    assert body["webhooks"]["delivering"] == 0
+    assert body["webhooks"]["oldest_overdue_seconds"] >= 30
+
+
+def test_final_statuses_are_estimated_from_planner_statistics():
+    client = ClientFactory()
+    notifications_insert_bulk(client_id=client.id, count=3000, status="SENT")
+    notifications_insert_bulk(client_id=client.id, count=1000, status="CANCELLED")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE notification")
+
+    _, body = status()
+
+    estimated = body["queue"]["estimated_final"]
+    assert estimated["SENT"] == pytest.approx(3000, rel=0.1)
+    assert estimated["CANCELLED"] == pytest.approx(1000, rel=0.1)
+
+
+def test_pending_migrations_are_found_and_make_status_degraded(monkeypatch):
+    monkeypatch.setattr(HealthRepository, "_migrations_applied", False)
+    with connection.cursor() as cursor:
+        # Forget the newest notifications migration, as if the code were newer than the schema.
+        cursor.execute(
+            "DELETE FROM django_migrations WHERE id = (SELECT max(id) FROM django_migrations "
+            "WHERE app = 'notifications') RETURNING name"
+        )
+        (newest,) = cursor.fetchone()
+
+    code, body = status()
+
+    assert code == 503
+    assert body["migrations"] == {"applied": False, "pending": [f"notifications.{newest}"]}
+
+
+@pytest.mark.parametrize("query", ["queue_depth", "pending_oldest_due", "webhook_backlog"])
+def test_status_queries_read_indexes_not_the_whole_notification_table(query):
+    client = ClientFactory()
+    notifications_insert_bulk(client_id=client.id, count=20_000, status="SENT")
+    notifications_insert_bulk(client_id=client.id, count=20)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE notification")
+        cursor.execute("ANALYZE webhook_event")
+        cursor.execute("EXPLAIN " + SQL[query], {"now": timezone.now()})
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Seq Scan on notification" not in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_status_with_the_database_unreachable_is_503_and_names_it_without_its_text():
+    """A separate process whose DATABASE_URL points at a port nothing listens on. Anonymous
+    callers learn only that it is degraded; with the metrics token, the reason names the
+    error's class but never the driver's text (hosts, users, database names)."""
+    script = (
+        "import django, json; django.setup(); "
+        "from django.test import Client; "
+        "a = Client().get('/status'); "
+        "r = Client().get('/status', HTTP_AUTHORIZATION='Bearer t0ken'); "
+        "print(json.dumps({'code': r.status_code, 'body': r.json(), 'anonymous': a.json()}))"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "notifyqueue.settings",
+        "DATABASE_URL": "postgresql://nobody:x@127.0.0.1:9/none?connect_timeout=2",
+        "NOTIFYQUEUE_METRICS_TOKEN": "t0ken",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["code"] == 503
+    assert answer["body"]["status"] == "degraded"
+    assert answer["body"]["database"]["reachable"] is False
+    assert answer["body"]["reasons"][0].startswith("database unreachable")
+    assert answer["anonymous"] == {"status": "degraded"}
+    text = json.dumps(answer["body"])
+    assert "127.0.0.1" not in text and "nobody" not in text and "connection" not in text
+
+
+def test_status_counts_do_not_include_sent_rows():
+    NotificationFactory(status=Status.SENT)
+    _, body = status()
+    assert sum(body["queue"]["depth"].values()) == 0
+
+
+def test_open_circuits_are_listed_without_degrading_the_status():
+    from delivery.circuits.models import CircuitBreaker
+
+    now = timezone.now()
+    CircuitBreaker.objects.create(
+        name="email:http", state="OPEN", consecutive_failures=5, opened_at=now, updated_at=now
+    )
+    CircuitBreaker.objects.create(name="sms:simulated", state="CLOSED", updated_at=now)
+    code, body = status()
+    assert code == 200
+    assert body["circuits"]["total"] == 2
+    [open_circuit] = body["circuits"]["open"]
+    assert (open_circuit["name"], open_circuit["state"]) == ("email:http", "OPEN")
+    assert open_circuit["consecutive_failures"] == 5

@@ -1,0 +1,143 @@
+"""Operators in the admin: webhook events read-only with redelivery, client secret rotation."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission, User
+from django.contrib.messages import get_messages
+from django.utils import timezone
+
+from clients.models import Client
+from tests.support.factories import ClientFactory
+from tests.support.webhook_factories import WebhookEventFactory
+from webhooks.models import DeliveryState, WebhookEvent
+
+pytestmark = pytest.mark.django_db
+
+EVENTS = "/admin/webhooks/webhookevent/"
+CLIENTS = "/admin/clients/client/"
+
+
+@pytest.fixture
+def operator(client):
+    client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
+    return client
+
+
+def messages_of(response) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def test_redeliver_selected_requeues_finished_events_and_reports_counts(operator):
+    failed = WebhookEventFactory(state=DeliveryState.FAILED, delivery_attempts=10)
+    delivered = WebhookEventFactory(state=DeliveryState.DELIVERED, delivery_attempts=1)
+    pending = WebhookEventFactory()
+
+    response = operator.post(
+        EVENTS,
+        {
+            "action": "redeliver_selected",
+            "_selected_action": [failed.id, delivered.id, pending.id],
+        },
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    assert messages_of(response) == [
+        "2 event(s) queued for redelivery; 1 skipped (still pending or being delivered)."
+    ]
+    assert set(
+        WebhookEvent.objects.filter(state=DeliveryState.PENDING, delivery_attempts=0).values_list(
+            "id", flat=True
+        )
+    ) == {failed.id, delivered.id, pending.id}
+    logged = LogEntry.objects.values_list("object_id", flat=True)
+    assert set(logged) == {str(failed.id), str(delivered.id)}
+
+
+def test_redeliver_needs_its_own_permission(client):
+    viewer = User.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_webhookevent"))
+    client.force_login(viewer)
+    event = WebhookEventFactory(state=DeliveryState.FAILED)
+
+    response = client.get(EVENTS)
+    assert response.status_code == 200
+    assert b"redeliver_selected" not in response.content
+
+    client.post(EVENTS, {"action": "redeliver_selected", "_selected_action": [event.id]})
+    event.refresh_from_db()
+    assert event.state == DeliveryState.FAILED
+
+    viewer.user_permissions.add(Permission.objects.get(codename="redeliver_webhookevent"))
+    assert b"redeliver_selected" in client.get(EVENTS).content
+    client.post(EVENTS, {"action": "redeliver_selected", "_selected_action": [event.id]})
+    event.refresh_from_db()
+    assert event.state == DeliveryState.PENDING
+
+
+def test_events_can_be_found_by_notification_id_and_filtered_by_state(operator):
+    wanted = WebhookEventFactory(state=DeliveryState.FAILED)
+    WebhookEventFactory()
+
+    found = operator.get(EVENTS, {"q": str(wanted.notification_id)})
+    assert [e.id for e in found.context["cl"].result_list] == [wanted.id]
+    assert operator.get(EVENTS, {"q": "not-a-uuid"}).status_code == 200
+    failed = operator.get(EVENTS, {"state__exact": "FAILED"})
+    assert [e.id for e in failed.context["cl"].result_list] == [wanted.id]
+
+
+def test_event_page_is_read_only_and_shows_its_attempts(operator):
+    event = WebhookEventFactory()
+    page = operator.get(f"{EVENTS}{event.id}/change/")
+    assert page.status_code == 200
+    assert b'name="state"' not in page.content
+    assert b"Webhook delivery attempts" in page.content
+    operator.post(f"{EVENTS}{event.id}/change/", {"state": "DELIVERED"})
+    event.refresh_from_db()
+    assert event.state == DeliveryState.PENDING
+
+
+def test_rotate_webhook_secret_keeps_the_old_secret_for_24_hours(operator):
+    client = ClientFactory()
+    old = client.webhook_secret
+
+    response = operator.post(
+        CLIENTS,
+        {"action": "rotate_webhook_secret_selected", "_selected_action": [client.id]},
+        follow=True,
+    )
+
+    assert "Rotated the webhook secret of 1 client(s)" in messages_of(response)[0]
+    client.refresh_from_db()
+    assert client.webhook_secret != old and client.webhook_secret.startswith("whsec_")
+    assert client.previous_webhook_secret == old
+    expected = timezone.now() + timedelta(hours=24)
+    assert abs(client.previous_webhook_secret_expires_at - expected) < timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://hooks.example.com/x", "http://10.0.0.7/hook", "http://localhost:8000/hook"]
+)
+def test_client_form_refuses_unsafe_webhook_urls(operator, settings, url):
+    settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = False
+    client = ClientFactory()
+
+    response = operator.post(
+        f"{CLIENTS}{client.id}/change/", {"name": client.name, "webhook_url": url}
+    )
+
+    assert response.status_code == 200
+    assert "webhook_url" in response.context["adminform"].form.errors
+    assert Client.objects.get(id=client.id).webhook_url == ""
+
+
+def test_client_form_saves_a_public_https_url(operator):
+    client = ClientFactory()
+    url = "https://hooks.example.com/notify"
+    response = operator.post(
+        f"{CLIENTS}{client.id}/change/", {"name": client.name, "webhook_url": url}
+    )
+    assert response.status_code == 302
+    assert Client.objects.get(id=client.id).webhook_url == url

@@ -1,0 +1,421 @@
+"""The worker end to end, in-process: real PostgreSQL, real threads, the simulated provider."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connections, transaction
+from django.utils import timezone
+
+from delivery.models import DeliveryAttempt, InboxMessage, Outcome, SimulatedProviderMessage
+from delivery.repositories import DeliveryRepository
+from delivery.services import RetryPolicy
+from notifications.models import Channel, Notification, Status
+from tests.support.delivery_helpers import FakeClock, worker_build
+from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.races import run_in_threads
+from webhooks.models import WebhookEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def drain(worker, clock: FakeClock, *, max_steps: int = 200) -> None:
+    """Steps the worker, moving the clock to each next due time, until nothing is waiting."""
+    repository = DeliveryRepository()
+    for _ in range(max_steps):
+        step = worker.run_once(wait_s=0.5)
+        if step.claimed or step.finished or step.in_flight:
+            continue
+        due_in = repository.notification_next_due_in()
+        if due_in is None:
+            return
+        clock.advance(max(0.0, due_in))
+    raise AssertionError("worker did not drain the queue")
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def close_workers():
+    workers = []
+    yield workers.append
+    for worker in workers:
+        worker.stop()
+        worker._shutdown()
+
+
+def test_three_hundred_notifications_ten_workers_each_sent_exactly_once():
+    client = ClientFactory()
+    NotificationFactory.create_batch(300, client=client)
+    workers = [worker_build(concurrency=2, batch_size=10) for _ in range(10)]
+
+    def run(i, barrier):
+        barrier.wait()
+        workers[i].run(until_empty=True)
+
+    run_in_threads(len(workers), run, timeout_s=60)
+
+    assert Notification.objects.filter(status=Status.SENT).count() == 300
+    store = SimulatedProviderMessage.objects.all()
+    assert store.count() == 300
+    assert {(m.calls, m.sends) for m in store} == {(1, 1)}  # 300 calls, 300 sends in all
+    assert DeliveryAttempt.objects.filter(outcome=Outcome.SENT).count() == 300
+    assert sum(w.delivered for w in workers) == 300
+    assert len({a.worker for a in DeliveryAttempt.objects.all()}) > 1  # the work was shared
+
+
+def test_always_temporary_failure_is_dead_lettered_after_six_attempts_with_backoff(
+    clock, close_workers
+):
+    notification = NotificationFactory(recipient="temporary-failure@example.com")
+    clock.now = timezone.now()
+    worker = worker_build(policy=RetryPolicy(base_s=0.5, max_s=60))
+    close_workers(worker)
+    drain(worker, clock)
+
+    notification.refresh_from_db()
+    assert notification.status == Status.DEAD_LETTERED
+    assert notification.attempt_count == 6
+    assert "unavailable" in notification.last_error
+    attempts = list(DeliveryAttempt.objects.filter(notification=notification).order_by("number"))
+    assert [a.number for a in attempts] == [1, 2, 3, 4, 5, 6]
+    assert {a.outcome for a in attempts} == {Outcome.TEMPORARY_FAILURE}
+    for earlier, later in itertools.pairwise(attempts):
+        wait_s = (later.started_at - earlier.finished_at).total_seconds()
+        low = 0.5 * 2 ** (earlier.number - 1)
+        assert low <= wait_s <= 2 * low, (earlier.number, wait_s)
+    assert SimulatedProviderMessage.objects.get().calls == 6
+
+
+def test_backoff_is_capped_at_the_maximum(clock, close_workers):
+    notification = NotificationFactory(recipient="temporary-failure@example.com", max_attempts=9)
+    clock.now = timezone.now()
+    worker = worker_build(policy=RetryPolicy(base_s=0.5, max_s=5))
+    close_workers(worker)
+    drain(worker, clock)
+    attempts = list(DeliveryAttempt.objects.filter(notification=notification).order_by("number"))
+    waits = [
+        (b.started_at - a.finished_at).total_seconds() for a, b in itertools.pairwise(attempts)
+    ]
+    assert len(waits) == 8
+    assert max(waits) <= 5
+    assert waits[-1] == 5  # 0.5 * 2^7 = 64 s, capped
+
+
+def test_permanent_failure_fails_after_one_attempt(clock, close_workers):
+    notification = NotificationFactory(recipient="permanent-failure@example.com")
+    clock.now = timezone.now()
+    worker = worker_build()
+    close_workers(worker)
+    drain(worker, clock)
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.FAILED, 1)
+    assert "rejected" in notification.last_error
+
+
+def test_flaky_two_is_sent_on_the_third_attempt(clock, close_workers):
+    notification = NotificationFactory(recipient="flaky-2@example.com")
+    clock.now = timezone.now()
+    worker = worker_build()
+    close_workers(worker)
+    drain(worker, clock)
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.SENT, 3)
+    assert notification.sent_at is not None
+    outcomes = list(
+        DeliveryAttempt.objects.filter(notification=notification)
+        .order_by("number")
+        .values_list("outcome", flat=True)
+    )
+    assert outcomes == [Outcome.TEMPORARY_FAILURE, Outcome.TEMPORARY_FAILURE, Outcome.SENT]
+    sent = DeliveryAttempt.objects.get(notification=notification, outcome=Outcome.SENT)
+    assert sent.provider_message_id.startswith("sim-")
+
+
+def test_in_app_delivery_writes_the_inbox_row_with_sent(clock, close_workers):
+    notification = NotificationFactory(channel=Channel.IN_APP, recipient="user-42", subject="Hi")
+    clock.now = timezone.now()
+    worker = worker_build()
+    close_workers(worker)
+    drain(worker, clock)
+    notification.refresh_from_db()
+    inbox = InboxMessage.objects.get(notification=notification)
+    assert notification.status == Status.SENT
+    assert (inbox.user_id, inbox.subject, inbox.body) == ("user-42", "Hi", notification.body)
+    assert inbox.created_at == notification.sent_at
+
+
+def test_final_statuses_write_their_webhook_event_in_the_same_transaction(clock, close_workers):
+    client = ClientFactory(webhook_url="https://hooks.example.com/notify")
+    silent = ClientFactory()  # no webhook URL: no events
+    sent = NotificationFactory(client=client)
+    failed = NotificationFactory(client=client, recipient="permanent-failure@example.com")
+    dead = NotificationFactory(client=client, recipient="temporary-failure@x.com", max_attempts=2)
+    NotificationFactory(client=silent)
+    clock.now = timezone.now()
+    worker = worker_build()
+    close_workers(worker)
+    drain(worker, clock)
+
+    events = {e.notification_id: e for e in WebhookEvent.objects.all()}
+    assert set(events) == {sent.id, failed.id, dead.id}  # retries in between reported nothing
+    assert (events[sent.id].status, events[sent.id].attempt_count) == ("SENT", 1)
+    assert events[failed.id].status == "FAILED"
+    assert (events[dead.id].status, events[dead.id].attempt_count) == ("DEAD_LETTERED", 2)
+    sent.refresh_from_db()
+    assert events[sent.id].occurred_at == sent.updated_at
+
+
+def test_a_rolled_back_status_change_leaves_no_webhook_event():
+    notification = NotificationFactory(client=ClientFactory(webhook_url="https://h.example.com"))
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Notification.objects.filter(id=notification.id).update(
+            status=Status.FAILED, updated_at=timezone.now()
+        )
+        assert WebhookEvent.objects.count() == 1  # written with the change...
+        raise RuntimeError("abort")
+    assert WebhookEvent.objects.count() == 0  # ...and gone with it
+
+
+def test_heartbeat_row_tracks_a_live_worker(close_workers):
+    from delivery.models import WorkerHeartbeat
+
+    worker = worker_build()
+    close_workers(worker)
+    worker.heartbeat()
+    beat = WorkerHeartbeat.objects.get(worker_id=worker.worker_id)
+    assert beat.stopped_at is None
+    assert timezone.now() - beat.last_seen_at < timedelta(seconds=5)
+
+
+def test_idle_worker_wakes_on_insert_long_before_its_poll_interval():
+    """With a 10 s poll interval, only LISTEN/NOTIFY can deliver within a couple of seconds."""
+    from delivery.worker import Worker, WorkerConfig
+    from tests.support.delivery_helpers import simulated_providers
+
+    worker = Worker(
+        providers=simulated_providers(),
+        config=WorkerConfig(concurrency=2, batch_size=10, poll_interval_s=10, heartbeat_s=30),
+        policy=RetryPolicy(base_s=0.5, max_s=60),
+    )
+    thread = threading.Thread(target=lambda: (worker.run(), connections.close_all()))
+    thread.start()
+    try:
+        time.sleep(0.5)  # the worker has found nothing and is waiting on LISTEN
+        created = time.monotonic()
+        notification = NotificationFactory()
+        deadline = created + 5
+        while time.monotonic() < deadline:
+            notification.refresh_from_db()
+            if notification.status == Status.SENT:
+                break
+            time.sleep(0.01)
+        latency = time.monotonic() - created
+    finally:
+        worker.stop()
+        thread.join(timeout=15)
+    assert notification.status == Status.SENT
+    assert latency < 5, latency
+    print(f"wake-up to SENT: {latency * 1000:.0f} ms")
+
+
+def test_concurrency_is_the_number_of_deliveries_in_flight_at_once():
+    from delivery.providers.http import HttpProvider
+    from tests.integration.test_providers import ScriptedServer
+
+    server = ScriptedServer([(200, {"message_id": f"m-{i}"}) for i in range(8)], delay_s=0.3)
+    in_flight, peak, lock = [0], [0], threading.Lock()
+    original = HttpProvider.send
+
+    def counting_send(self, message):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        try:
+            return original(self, message)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    provider = HttpProvider(url=server.url, timeout_s=5)
+    provider.send = counting_send.__get__(provider)
+    NotificationFactory.create_batch(8, client=ClientFactory())
+    worker = worker_build(providers={"email": provider}, concurrency=4, batch_size=8)
+    try:
+        worker.run(until_empty=True)
+    finally:
+        server.close()
+    assert Notification.objects.filter(status=Status.SENT).count() == 8
+    assert peak[0] == 4  # overlapped, never more than --concurrency
+
+
+def test_a_stuck_webhook_receiver_does_not_hold_up_notification_delivery(settings):
+    from tests.support.webhook_receiver import Reply, WebhookReceiver
+    from webhooks.worker import WebhookSender
+
+    settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = True
+    settings.NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS = 30
+    held = threading.Event()
+    with WebhookReceiver(default=Reply(hold=held)) as receiver:
+        client = ClientFactory(webhook_url=receiver.url)
+        first = NotificationFactory(client=client)
+        sender = WebhookSender(poll_interval_s=0.05, reclaim_interval_s=5)
+        sender.start()
+        worker = worker_build(concurrency=2, batch_size=5)
+        try:
+            worker.run(until_empty=True)  # delivers `first`; its webhook is now being posted
+            receiver.wait_for(1)
+            later = NotificationFactory.create_batch(10, client=client)
+            worker = worker_build(concurrency=2, batch_size=5)
+            worker.run(until_empty=True)
+            statuses = set(
+                Notification.objects.filter(id__in=[n.id for n in later]).values_list(
+                    "status", flat=True
+                )
+            )
+            assert statuses == {Status.SENT}
+            # The client's share of POSTs, all still hanging.
+            assert len(receiver.requests) <= settings.NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY
+        finally:
+            held.set()
+            sender.stop()
+            sender.join()
+    first.refresh_from_db()
+    assert first.status == Status.SENT
+
+
+def test_worker_survives_losing_its_database_connections():
+    """Every connection of the worker is terminated while it idles; it logs, reconnects and
+    delivers what arrives next."""
+    from django.db import connection
+
+    worker = worker_build(concurrency=2)
+    thread = threading.Thread(target=lambda: (worker.run(), connections.close_all()))
+    thread.start()
+    try:
+        first = NotificationFactory()
+        deadline = time.monotonic() + 10
+        while Notification.objects.get(id=first.id).status != Status.SENT:
+            assert time.monotonic() < deadline, "first notification never sent"
+            time.sleep(0.02)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            (terminated,) = cursor.fetchone()
+        assert terminated >= 2  # the worker's own connection and its listener at least
+        second = NotificationFactory()
+        deadline = time.monotonic() + 10
+        while Notification.objects.get(id=second.id).status != Status.SENT:
+            assert time.monotonic() < deadline, "worker did not recover"
+            time.sleep(0.02)
+    finally:
+        worker.stop()
+        thread.join(timeout=15)
+    assert not thread.is_alive()
+
+
+def test_a_critical_created_while_the_worker_is_busy_goes_out_next(close_workers):
+    """One slot, batch size 10, nine NORMAL rows waiting: the worker holds one claim only, so
+    a CRITICAL created while that send hangs is the very next one sent (on main it went out
+    ninth of nine, behind the hoarded batch)."""
+    from delivery.providers.http import HttpProvider
+    from tests.support.delivery_helpers import LoopbackProvider
+
+    provider = LoopbackProvider(hold=True)
+    url = provider.start()
+    client = ClientFactory()
+    NotificationFactory.create_batch(9, client=client)
+    worker = worker_build(
+        providers={"email": HttpProvider(url=url, timeout_s=10)}, concurrency=1, batch_size=10
+    )
+    close_workers(worker)
+    try:
+        assert worker.run_once().claimed == 1
+        assert provider.received.wait(10)
+        assert Notification.objects.filter(status=Status.PROCESSING).count() == 1
+        critical = NotificationFactory(client=client, priority=0)
+        provider.hold = False
+        provider.release.set()
+        while Notification.objects.filter(status=Status.PENDING).exists():
+            worker.run_once(wait_s=0.5)
+        while worker.run_once(wait_s=0.5).in_flight:
+            pass
+    finally:
+        provider.stop()
+    order = [call.body["id"] for call in provider.calls]
+    assert order[1] == str(critical.id), order
+    assert len(order) == 10
+
+
+def test_a_claim_too_old_to_start_is_given_back_without_using_an_attempt(close_workers):
+    """The send-time checks outlasted the claim's safe start (claim timeout minus provider
+    timeout): the row is released unsent, its attempt and rate-limit slot returned, instead
+    of being dropped to wait for the reaper."""
+    from ratelimits.repositories import RateLimitRepository
+    from ratelimits.services import RateLimit
+
+    class SlowRateLimits(RateLimitRepository):
+        def recipient_admit(self, **kwargs):
+            admitted = super().recipient_admit(**kwargs)
+            time.sleep(0.3)  # e.g. waiting for the recipient's lock
+            return admitted
+
+    notification = NotificationFactory()
+    worker = worker_build(concurrency=1, claim_timeout_s=0.4)
+    worker.config = dataclasses.replace(
+        worker.config, send_timeout_s=0.2, rate_limit=RateLimit(limit=10, window_s=60)
+    )
+    worker.rate_limits = SlowRateLimits()
+    close_workers(worker)
+    assert worker.run_once().claimed == 1
+    worker.stop()
+    while worker.run_once(wait_s=0.5).in_flight:
+        pass
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.PENDING, 0)
+    assert not SimulatedProviderMessage.objects.exists()  # never sent
+    assert DeliveryAttempt.objects.get(notification=notification).outcome == Outcome.RELEASED
+    from ratelimits.models import RecipientDelivery
+
+    assert not RecipientDelivery.objects.exists()  # the slot it was admitted to is free again
+
+
+def test_a_database_error_in_the_send_time_checks_is_a_failed_attempt_not_a_send(
+    clock, close_workers
+):
+    from django.db import OperationalError
+
+    from ratelimits.services import RateLimit
+
+    class UnreachableRateLimits:
+        def recipient_admit(self, **kwargs):
+            raise OperationalError("server closed the connection unexpectedly")
+
+    notification = NotificationFactory()
+    clock.now = timezone.now()
+    worker = worker_build(concurrency=1)
+    worker.config = dataclasses.replace(worker.config, rate_limit=RateLimit(limit=10, window_s=60))
+    worker.rate_limits = UnreachableRateLimits()
+    close_workers(worker)
+    assert worker.run_once().claimed == 1
+    worker.stop()  # no further claims: just collect this one
+    while worker.run_once(wait_s=0.5).in_flight:
+        pass
+    notification.refresh_from_db()
+    assert notification.status == Status.PENDING
+    assert notification.attempt_count == 1  # counted, so a row that always fails runs out
+    assert notification.due_at > clock.now  # and it backs off
+    assert "send-time checks failed" in notification.last_error
+    assert not SimulatedProviderMessage.objects.exists()  # never sent
+    outcome = DeliveryAttempt.objects.get(notification=notification).outcome
+    assert outcome == Outcome.TEMPORARY_FAILURE

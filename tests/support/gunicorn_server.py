@@ -1,0 +1,68 @@
+"""The API as production runs it: real gunicorn (notifyqueue/gunicorn.conf.py) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gunicorn_environment(**env: str) -> dict[str, str]:
+    """This process's environment without its metrics folder (gunicorn makes its own), plus
+    `env`."""
+    return {
+        **{k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
+        **env,
+    }
+
+
+@contextlib.contextmanager
+def gunicorn_serving(env: dict[str, str], *, workers: int) -> Iterator[str]:
+    """Starts gunicorn with `workers` processes, waits until `/status` answers, yields the
+    base URL; stops it with SIGTERM and checks it exited cleanly."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "gunicorn", "-c", ROOT / "notifyqueue" / "gunicorn.conf.py"),
+            *("--bind", f"127.0.0.1:{port}", "--workers", str(workers)),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "gunicorn did not start"
+            try:
+                with urllib.request.urlopen(f"{base}/status", timeout=2):
+                    break
+            except urllib.error.HTTPError:
+                break  # it answered (503 while degraded is an answer)
+            except OSError:
+                time.sleep(0.2)
+        yield base
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
