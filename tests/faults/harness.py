@@ -1,9 +1,9 @@
-"""The fault suite's parts: a scripted provider, real `run_worker` processes, the universal check.
+"""The fault suite's parts: real `run_worker` processes and the universal check.
 
-Everything here is real: the provider is an HTTP server on 127.0.0.1 that keeps an idempotency
-store like a real one, workers are `manage.py run_worker` subprocesses (stoppable, killable,
-startable under `faketime`), and the check reads PostgreSQL and what the provider and the
-webhook receiver saw.
+Everything here is real: the provider (`ScriptedProvider`, tests/support/http_servers.py) is an
+HTTP server on 127.0.0.1 that keeps an idempotency store like a real one, workers are
+`manage.py run_worker` subprocesses (stoppable, killable, startable under `faketime`), and the
+check reads PostgreSQL and what the provider and the webhook receiver saw.
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from django.db import connection
 
 from notifications.models import Notification, Status
+from tests.support.http_servers import ScriptedProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = {Status.SENT, Status.FAILED, Status.DEAD_LETTERED}
@@ -48,99 +46,6 @@ WORKER_ENV = {
     "NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS": "1",
     "NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS": "3",
 }
-
-
-@dataclass
-class Call:
-    key: str
-    recipient: str
-    at: float
-
-
-@dataclass
-class ScriptedProvider:
-    """An HTTP provider on loopback whose answer depends on the recipient:
-
-    `hang` sleeps past the worker's deadline, then accepts; `redirect` answers 307; `longid`
-    accepts with a 300-character message id; `hugeid` with a 100,000-character one; `nulid`
-    with NUL and control characters in it; `garbage` accepts with a body that is not JSON;
-    `huge` accepts with a 2 MB body; `reject` answers 400; `busy` answers 503 on a key's first
-    two calls. Anything else is accepted. Like a real provider, a key it accepted before is
-    answered with the same id and not sent again; `sends` holds each key's one real send.
-    """
-
-    delay_s: float = 0.0
-    calls: list[Call] = field(default_factory=list)
-    sends: dict[str, Call] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __enter__(self) -> ScriptedProvider:
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                key, recipient = self.headers["Idempotency-Key"], body["recipient"]
-                provider._answer(self, key, recipient)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/send"
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _answer(self, handler: BaseHTTPRequestHandler, key: str, recipient: str) -> None:
-        now = time.time()
-        with self._lock:
-            self.calls.append(Call(key, recipient, now))
-            tries = sum(1 for c in self.calls if c.key == key)
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        if "redirect" in recipient:
-            return self._reply(handler, 307, b"", {"Location": "http://127.0.0.1:9/elsewhere"})
-        if "reject" in recipient:
-            return self._reply(handler, 400, b"no such recipient")
-        if "busy" in recipient and tries <= 2:
-            return self._reply(handler, 503, b"busy " * 1000)
-        if "hang" in recipient and tries <= 1:
-            time.sleep(3)  # past the 1 s provider timeout: the worker gives up first
-        with self._lock:
-            first = key not in self.sends
-            if first:
-                self.sends[key] = Call(key, recipient, now)
-        message_id = f"msg-{key}"
-        if "longid" in recipient:
-            message_id = "L" * 300
-        elif "hugeid" in recipient:
-            message_id = "H" * 100_000
-        elif "nulid" in recipient:
-            message_id = "id\x00with\x01nul"
-        if "garbage" in recipient:
-            return self._reply(handler, 200, b"\xff\xfe<html>accepted?</html>\x00")
-        if "huge" in recipient and "hugeid" not in recipient:
-            return self._reply(handler, 200, b"x" * 2_000_000)
-        return self._reply(handler, 200, json.dumps({"message_id": message_id}).encode())
-
-    @staticmethod
-    def _reply(handler, status: int, body: bytes, headers: dict | None = None) -> None:
-        try:
-            handler.send_response(status)
-            for name, value in (headers or {}).items():
-                handler.send_header(name, value)
-            handler.send_header("Content-Length", str(len(body)))
-            handler.end_headers()
-            handler.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the worker gave up (timeout) or died: what some tests are about
 
 
 class Workers:

@@ -9,7 +9,6 @@ import pytest
 
 from notifications.models import Notification, Status
 from tests.faults.harness import (
-    ScriptedProvider,
     Workers,
     all_final,
     faketime_library,
@@ -18,6 +17,7 @@ from tests.faults.harness import (
     wait_until,
 )
 from tests.support.clock import database_now
+from tests.support.http_servers import ScriptedProvider
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -8,13 +8,13 @@ import pytest
 from delivery.models import DeliveryAttempt
 from notifications.models import Notification, Status
 from tests.faults.harness import (
-    ScriptedProvider,
     Workers,
     all_final,
     notifications_create,
     universal_check,
     wait_until,
 )
+from tests.support.http_servers import ScriptedProvider
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

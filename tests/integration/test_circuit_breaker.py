@@ -18,8 +18,9 @@ from delivery.providers.simulated import SimulatedProvider
 from notifications.models import Notification, Status
 from tests.integration.test_worker_process import wait_for, worker_process
 from tests.support.clock import DbClock
-from tests.support.delivery_helpers import FakeClock, LoopbackProvider, worker_build
+from tests.support.delivery_helpers import FakeClock, worker_build
 from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.http_servers import LoopbackProvider
 from tests.support.races import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)

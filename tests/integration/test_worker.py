@@ -329,7 +329,7 @@ def test_a_critical_created_while_the_worker_is_busy_goes_out_next(close_workers
     a CRITICAL created while that send hangs is the very next one sent (on main it went out
     ninth of nine, behind the hoarded batch)."""
     from delivery.providers.http import HttpProvider
-    from tests.support.delivery_helpers import LoopbackProvider
+    from tests.support.http_servers import LoopbackProvider
 
     provider = LoopbackProvider(hold=True)
     url = provider.start()

@@ -13,8 +13,8 @@ import pytest
 
 from delivery.models import DeliveryAttempt, Outcome
 from notifications.models import Notification, Status
-from tests.support.delivery_helpers import LoopbackProvider
 from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.http_servers import LoopbackProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,7 +209,7 @@ def test_a_worker_at_concurrency_60_uses_a_fixed_handful_of_connections(database
     connections do not grow with --concurrency (on main: one per delivery thread)."""
     from django.db import connection
 
-    from tests.faults.harness import ScriptedProvider
+    from tests.support.http_servers import ScriptedProvider
 
     NotificationFactory.create_batch(120, client=ClientFactory())
     with ScriptedProvider(delay_s=0.5) as provider:
