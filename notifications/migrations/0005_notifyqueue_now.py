@@ -4,7 +4,7 @@ Due times, claim expiry, reaping and rate windows are decided in SQL against thi
 never against the clock of the worker or API server that runs the statement: hosts drift, and a
 worker whose clock runs fast must not send a delayed message early or take over a live claim.
 It is `statement_timestamp()` (the database server's clock when the statement began). Tests
-move time by replacing the function (`tests/clock.py`), from the database side, so every process
+move time by replacing the function (`tests/support/clock.py`), from the database side, so every process
 and connection sees the same moved clock.
 """
 

@@ -204,7 +204,7 @@ SELECT notifyqueue_now() - make_interval(secs => %(older_than_s)s);
 -- rate-limit records. A row still waiting (scheduled far ahead) stays, and so does one whose
 -- webhook is still being delivered. Rows another transaction holds (an operator retry) are
 -- skipped, not waited for. One statement: the locks last as long as this batch's deletes.
--- tests/test_prune_notifications.py checks that every foreign key to these tables is covered.
+-- tests/integration/test_prune_notifications.py checks that every foreign key to these tables is covered.
 WITH scanned AS (
     SELECT id, created_at
       FROM notification
