@@ -1,0 +1,216 @@
+"""Runs an app's named SQL queries and returns their rows as dataclasses, built by column name.
+
+The one way a repository runs its `.sql` file. In an app's `repositories.py`:
+
+    SQL = Queries(Path(__file__).with_name("sql") / "things.sql")
+
+    @dataclass(frozen=True)
+    class ThingRecord:
+        id: uuid.UUID
+        name: str
+        settings: dict[str, Any]
+
+    SQL.rows("things_list", row=ThingRecord, client_id=client_id)  # list[ThingRecord]
+    SQL.row("thing_read", row=ThingRecord, id=thing_id)  # ThingRecord | None
+    SQL.scalar("things_count", client_id=client_id)  # the single column, or None
+    SQL.scalars("things_purge", before=moment)  # list of the single column
+    SQL.execute("thing_touch", id=thing_id)  # rows changed
+    SQL["things_list"]  # the query's text (tests run EXPLAIN on it)
+
+What it guarantees, so that repositories need not:
+- Rows are built by name (psycopg's `class_row`): each column fills the dataclass field of the
+  same name, so a query names its columns as the fields (`expr AS field_name` where needed) and
+  reordering a SELECT cannot move a value into the wrong field. A column the dataclass has no
+  field for, a required field no column fills, or a column named twice raises `QueryShapeError`
+  naming them, before any row is built. `row` allows at most one row; `scalar` and `scalars`
+  exactly one column.
+- Parameters (`%(name)s` in the SQL) are always bound by psycopg, never formatted in; `row` and
+  `using` are the gateway's own keywords, so a query that uses either as a parameter name is
+  refused when the file is loaded.
+- Types come back decoded, the same way for every query: jsonb and json as Python values (Django
+  loads jsonb as text on its connection, for JSONField to decode; the gateway's cursors decode
+  it), uuid as `uuid.UUID`, timestamptz as aware datetimes in UTC.
+- Each call runs on the calling thread's Django connection (`django.db.connection`, or the one
+  passed as `using=`), inside whatever transaction the caller opened (`transaction.atomic()`) or
+  in autocommit outside one; the gateway never begins or commits a transaction. Statements go
+  through Django's cursor, so query logging (`connection.queries`, execute wrappers) and
+  django-prometheus' query counters see them. Database errors are Django's `DatabaseError`
+  subclasses, for the repository to turn into its domain exceptions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from django.db import connection
+from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg.rows import class_row, scalar_row
+from psycopg.types.datetime import TimestamptzLoader
+from psycopg.types.json import set_json_loads
+from psycopg.types.uuid import UUIDLoader
+
+from notifyqueue.sqlfile import queries_load
+
+T = TypeVar("T")
+
+# The gateway's own keyword arguments; no query may name a parameter so.
+_RESERVED = frozenset({"row", "using"})
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+class QueryShapeError(Exception):
+    """A query's result does not fit what its caller asked for (a programming error)."""
+
+
+class _UtcTimestamptzLoader(TimestamptzLoader):
+    # Aware, in UTC, whatever the session's TimeZone.
+    def load(self, data: Any) -> dt.datetime:
+        return super().load(data).astimezone(dt.UTC)
+
+
+class Queries(Mapping[str, str]):
+    """The named queries of one `.sql` file (see `notifyqueue.sqlfile`), loaded once, and the
+    methods that run them. As a mapping it gives each query's text by name."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._texts = queries_load(path)
+        for name, text in self._texts.items():
+            reserved = sorted(_RESERVED & set(_PLACEHOLDER.findall(text)))
+            if reserved:
+                raise ValueError(
+                    f"{path}: query {name!r} uses the gateway's keyword(s) {reserved} as "
+                    "parameter names; rename them"
+                )
+
+    def __getitem__(self, name: str) -> str:
+        try:
+            return self._texts[name]
+        except KeyError:
+            raise KeyError(f"{self.path.name} has no query named {name!r}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._texts)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def rows(
+        self, name: str, /, *, row: type[T], using: BaseDatabaseWrapper | None = None, **params: Any
+    ) -> list[T]:
+        """Every row of the query, each a `row` dataclass."""
+        with self._cursor(name, _dataclass_rows(row, self._where(name)), using, params) as cursor:
+            return cursor.fetchall()
+
+    def row(
+        self, name: str, /, *, row: type[T], using: BaseDatabaseWrapper | None = None, **params: Any
+    ) -> T | None:
+        """The query's one row as a `row` dataclass; None when it returned no row."""
+        with self._cursor(name, _dataclass_rows(row, self._where(name)), using, params) as cursor:
+            return self._single(name, cursor.fetchall())
+
+    def scalar(
+        self, name: str, /, *, using: BaseDatabaseWrapper | None = None, **params: Any
+    ) -> Any:
+        """The one column of the query's one row; None when it returned no row (or NULL)."""
+        with self._cursor(name, _single_column(self._where(name)), using, params) as cursor:
+            return self._single(name, cursor.fetchall())
+
+    def scalars(
+        self, name: str, /, *, using: BaseDatabaseWrapper | None = None, **params: Any
+    ) -> list[Any]:
+        """The one column of every row the query returned."""
+        with self._cursor(name, _single_column(self._where(name)), using, params) as cursor:
+            return cursor.fetchall()
+
+    def execute(
+        self, name: str, /, *, using: BaseDatabaseWrapper | None = None, **params: Any
+    ) -> int:
+        """Runs a statement for its effect; the number of rows it changed (or returned)."""
+        with self._cursor(name, None, using, params) as cursor:
+            return cursor.rowcount
+
+    @contextmanager
+    def _cursor(
+        self,
+        name: str,
+        row_factory: Callable[..., Any] | None,
+        using: BaseDatabaseWrapper | None,
+        params: dict[str, Any],
+    ) -> Iterator[Any]:
+        text = self[name]
+        with (using if using is not None else connection).cursor() as cursor:
+            # Django's cursor wraps psycopg's (`.cursor`): loaders and the row factory are set on
+            # that one cursor only, so the connection's other users (the ORM, whose JSONField
+            # expects jsonb as text) are unaffected, while execute() still goes through Django's
+            # wrapper (query logging, execute wrappers) and django-prometheus' cursor class.
+            raw = cursor.cursor
+            set_json_loads(json.loads, raw)
+            raw.adapters.register_loader("uuid", UUIDLoader)
+            raw.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)
+            if row_factory is not None:
+                raw.row_factory = row_factory
+            cursor.execute(text, params)
+            yield cursor
+
+    def _single(self, name: str, found: list[T]) -> T | None:
+        if len(found) > 1:
+            raise QueryShapeError(f"{self._where(name)} returned {len(found)} rows, expected one")
+        return found[0] if found else None
+
+    def _where(self, name: str) -> str:
+        return f"query {name!r} ({self.path.name})"
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[frozenset[str], frozenset[str]]:
+    """The dataclass's init fields, and those of them that have no default."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"row= takes a dataclass, not {cls!r}")
+    init = [f for f in dataclasses.fields(cls) if f.init]
+    required = [
+        f
+        for f in init
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    return frozenset(f.name for f in init), frozenset(f.name for f in required)
+
+
+def _dataclass_rows(cls: type[T], where: str) -> Callable[[Any], Callable[..., T]]:
+    fields, required = _fields(cls)
+    by_name = class_row(cls)
+
+    def factory(cursor: Any) -> Callable[..., T]:
+        # Called once per result, before any row is built.
+        if cursor.description is not None:
+            columns = [column.name for column in cursor.description]
+            problems = []
+            if twice := sorted({c for c in columns if columns.count(c) > 1}):
+                problems.append(f"column(s) named twice: {twice}")
+            if unknown := [c for c in columns if c not in fields]:
+                problems.append(f"column(s) {unknown} that {cls.__name__} has no field for")
+            if unfilled := sorted(required.difference(columns)):
+                problems.append(f"no column for {cls.__name__}'s field(s) {unfilled}")
+            if problems:
+                raise QueryShapeError(f"{where} returned {'; '.join(problems)}")
+        return by_name(cursor)
+
+    return factory
+
+
+def _single_column(where: str) -> Callable[[Any], Callable[..., Any]]:
+    def factory(cursor: Any) -> Callable[..., Any]:
+        if cursor.description is not None and len(cursor.description) != 1:
+            names = [column.name for column in cursor.description]
+            raise QueryShapeError(f"{where} returned columns {names}, expected one")
+        return scalar_row(cursor)
+
+    return factory
