@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import connection
-
-from notifyqueue.sqlfile import queries_load
+from notifyqueue.sqlgateway import Queries
 from preferences.models import UserPreferences
 
-SQL = queries_load(Path(__file__).with_name("sql") / "preferences.sql")
+SQL = Queries(Path(__file__).with_name("sql") / "preferences.sql")
 
 
 @dataclass(frozen=True)
@@ -65,27 +63,36 @@ class InboxPage:
     has_more: bool
 
 
-def _json(value: Any) -> Any:
-    # Django registers a text loader for jsonb, so raw cursors see JSON text.
-    return json.loads(value) if isinstance(value, str) else value
+@dataclass(frozen=True)
+class _PreferencesRow:
+    """A user_preferences row as read: its jsonb lists arrive as lists, which the frozen
+    record holds as tuples."""
+
+    client_id: uuid.UUID
+    user_id: str
+    channels: list[str]
+    addresses: dict[str, str]
+    muted_events: list[str]
+    disabled_channels: list[str]
+    created_at: datetime
+    updated_at: datetime
+    # Only preferences_upsert returns it: True when the statement inserted the row.
+    created: bool = False
+
+    def record(self) -> PreferencesRecord:
+        return PreferencesRecord(
+            client_id=self.client_id,
+            user_id=self.user_id,
+            channels=tuple(self.channels),
+            addresses=dict(self.addresses),
+            muted_events=tuple(self.muted_events),
+            disabled_channels=tuple(self.disabled_channels),
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
 
 
-def _preferences(values: dict[str, Any]) -> PreferencesRecord:
-    return PreferencesRecord(
-        client_id=values["client_id"],
-        user_id=values["user_id"],
-        channels=tuple(_json(values["channels"])),
-        addresses=dict(_json(values["addresses"])),
-        muted_events=tuple(_json(values["muted_events"])),
-        disabled_channels=tuple(_json(values["disabled_channels"])),
-        created_at=values["created_at"],
-        updated_at=values["updated_at"],
-    )
-
-
-def _inbox(row: tuple) -> InboxRecord:
-    id_, notification_id, subject, body, metadata, created_at, read_at = row
-    return InboxRecord(id_, notification_id, subject, body, _json(metadata), created_at, read_at)
+_PREFERENCES_COLUMNS = tuple(f.name for f in fields(PreferencesRecord))
 
 
 class PreferencesRepository:
@@ -101,37 +108,26 @@ class PreferencesRepository:
         now: datetime,
     ) -> tuple[PreferencesRecord, bool]:
         """Replaces the user's preferences; the flag is True when there were none before."""
-        params = {
-            "client_id": client_id,
-            "user_id": user_id,
-            "channels": json.dumps(channels),
-            "addresses": json.dumps(addresses),
-            "muted_events": json.dumps(muted_events),
-            "disabled_channels": json.dumps(disabled_channels),
-            "now": now,
-        }
-        with connection.cursor() as cursor:
-            cursor.execute(SQL["preferences_upsert"], params)
-            columns = [column.name for column in cursor.description]
-            row = dict(zip(columns, cursor.fetchone(), strict=True))
-        return _preferences(row), row["created"]
+        upserted = SQL.row(
+            "preferences_upsert",
+            row=_PreferencesRow,
+            client_id=client_id,
+            user_id=user_id,
+            channels=json.dumps(channels),
+            addresses=json.dumps(addresses),
+            muted_events=json.dumps(muted_events),
+            disabled_channels=json.dumps(disabled_channels),
+            now=now,
+        )
+        return upserted.record(), upserted.created
 
     def get(self, *, client_id: uuid.UUID, user_id: str) -> PreferencesRecord | None:
-        row = (
+        values = (
             UserPreferences.objects.filter(client_id=client_id, user_id=user_id)
-            .values(
-                "client_id",
-                "user_id",
-                "channels",
-                "addresses",
-                "muted_events",
-                "disabled_channels",
-                "created_at",
-                "updated_at",
-            )
+            .values(*_PREFERENCES_COLUMNS)
             .first()
         )
-        return None if row is None else _preferences(row)
+        return None if values is None else _PreferencesRow(**values).record()
 
 
 class InboxRepository:
@@ -144,25 +140,27 @@ class InboxRepository:
         after: InboxPosition | None,
         limit: int,
     ) -> InboxPage:
-        params = {
-            "client_id": client_id,
-            "user_id": user_id,
-            "unread_only": unread_only,
-            "after_created_at": after and after.created_at,
-            "after_id": after and after.id,
-            "limit": limit,
-        }
-        with connection.cursor() as cursor:
-            cursor.execute(SQL["inbox_page"], params)
-            rows = [_inbox(row) for row in cursor.fetchall()]
+        rows = SQL.rows(
+            "inbox_page",
+            row=InboxRecord,
+            client_id=client_id,
+            user_id=user_id,
+            unread_only=unread_only,
+            after_created_at=after and after.created_at,
+            after_id=after and after.id,
+            limit=limit,
+        )
         return InboxPage(messages=rows[:limit], has_more=len(rows) > limit)
 
     def mark_read(
         self, *, client_id: uuid.UUID, user_id: str, message_id: uuid.UUID, now: datetime
     ) -> InboxRecord | None:
         """The message, now read; None when the client's user has no such message."""
-        params = {"client_id": client_id, "user_id": user_id, "id": message_id, "now": now}
-        with connection.cursor() as cursor:
-            cursor.execute(SQL["inbox_message_read"], params)
-            row = cursor.fetchone()
-        return None if row is None else _inbox(row)
+        return SQL.row(
+            "inbox_message_read",
+            row=InboxRecord,
+            client_id=client_id,
+            user_id=user_id,
+            id=message_id,
+            now=now,
+        )

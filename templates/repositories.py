@@ -16,12 +16,10 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 
-from django.db import connection
-
-from notifyqueue.sqlfile import queries_load
+from notifyqueue.sqlgateway import Queries
 from templates.models import MessageTemplate
 
-SQL = queries_load(Path(__file__).with_name("sql") / "templates.sql")
+SQL = Queries(Path(__file__).with_name("sql") / "templates.sql")
 
 
 @dataclass(frozen=True)
@@ -38,6 +36,16 @@ class TemplateRecord:
 RECORD_FIELDS = tuple(f.name for f in fields(TemplateRecord))
 
 
+@dataclass(frozen=True)
+class _UpsertedTemplate(TemplateRecord):
+    """template_upsert's row: the template, and whether the statement created it."""
+
+    created: bool
+
+    def record(self) -> TemplateRecord:
+        return TemplateRecord(**{name: getattr(self, name) for name in RECORD_FIELDS})
+
+
 class TemplateRepository:
     def upsert(
         self,
@@ -50,18 +58,17 @@ class TemplateRepository:
         now: datetime,
     ) -> tuple[TemplateRecord, bool]:
         """Creates or replaces the template; the flag is True when it was created."""
-        params = {
-            "client_id": client_id,
-            "event": event,
-            "channel": channel,
-            "subject": subject,
-            "body": body,
-            "now": now,
-        }
-        with connection.cursor() as cursor:
-            cursor.execute(SQL["template_upsert"], params)
-            *values, created = cursor.fetchone()
-        return TemplateRecord(*values), created
+        upserted = SQL.row(
+            "template_upsert",
+            row=_UpsertedTemplate,
+            client_id=client_id,
+            event=event,
+            channel=channel,
+            subject=subject,
+            body=body,
+            now=now,
+        )
+        return upserted.record(), upserted.created
 
     def get(self, *, client_id: uuid.UUID, event: str, channel: str) -> TemplateRecord | None:
         found = self.get_many(client_id=client_id, event=event, channels=[channel])
