@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import DateTimeField, F
 from django.db.models.expressions import RawSQL
 
 from clients.models import Client
-from notifyqueue.sqlfile import queries_load
+from notifyqueue.sqlgateway import Queries
 
-QUERIES = queries_load(Path(__file__).with_name("sql") / "webhook_events.sql")
+QUERIES = Queries(Path(__file__).with_name("sql") / "webhook_events.sql")
 
 
 @dataclass(frozen=True)
@@ -51,28 +51,20 @@ class ReclaimedEvent:
     state: str
 
 
-def _fetch(query: str, params: dict) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(QUERIES[query], params)
-        return cursor.fetchall()
-
-
 def webhook_events_claim_due(
     *, limit: int, per_client: int, claim_timeout_s: float
 ) -> list[ClaimedEvent]:
     """Claims up to `limit` due PENDING events, fairly across clients and at most
     `per_client` in flight per client; the claim is committed when this returns."""
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            # Otherwise the planner may walk webhook_event_due in due order and filter by
-            # client, an incremental sort that reads the whole backlog of the other clients;
-            # without it, each client's events come straight from webhook_event_client_due.
-            cursor.execute("SET LOCAL enable_incremental_sort = off")
-        rows = _fetch(
+        QUERIES.execute("webhook_event_claim_plan")
+        return QUERIES.rows(
             "webhook_event_claim_due",
-            {"limit": limit, "per_client": per_client, "claim_timeout_s": claim_timeout_s},
+            row=ClaimedEvent,
+            limit=limit,
+            per_client=per_client,
+            claim_timeout_s=claim_timeout_s,
         )
-    return [ClaimedEvent(*row) for row in rows]
 
 
 def webhook_event_finish(
@@ -89,36 +81,35 @@ def webhook_event_finish(
     """Ends the claim and its attempt row; a PENDING event is due again `retry_in_s` from now
     on the database clock. False when the claim is no longer ours."""
     with transaction.atomic():
-        rows = _fetch(
+        finished = QUERIES.scalar(
             "webhook_event_finish",
-            {
-                "event_id": event_id,
-                "claim_token": claim_token,
-                "state": state,
-                "outcome": outcome,
-                "retry_in_s": retry_in_s,
-                "status_code": status_code,
-                "error": error,
-                "duration_ms": duration_ms,
-            },
+            event_id=event_id,
+            claim_token=claim_token,
+            state=state,
+            outcome=outcome,
+            retry_in_s=retry_in_s,
+            status_code=status_code,
+            error=error,
+            duration_ms=duration_ms,
         )
-    return bool(rows)
+    return finished is not None
 
 
 def webhook_events_reclaim_expired(*, limit: int, max_attempts: int) -> list[ReclaimedEvent]:
     """Returns expired DELIVERING claims to PENDING (or FAILED on their last attempt)."""
     with transaction.atomic():
-        rows = _fetch(
-            "webhook_event_reclaim_expired", {"limit": limit, "max_attempts": max_attempts}
+        return QUERIES.rows(
+            "webhook_event_reclaim_expired",
+            row=ReclaimedEvent,
+            limit=limit,
+            max_attempts=max_attempts,
         )
-    return [ReclaimedEvent(*row) for row in rows]
 
 
 def webhook_events_redeliver(*, event_ids: list[uuid.UUID]) -> list[uuid.UUID]:
     """Makes the DELIVERED or FAILED events among `event_ids` due again; returns their ids."""
     with transaction.atomic():
-        rows = _fetch("webhook_event_redeliver", {"event_ids": list(event_ids)})
-    return [row[0] for row in rows]
+        return QUERIES.scalars("webhook_event_redeliver", event_ids=list(event_ids))
 
 
 def client_webhook_secret_replace(

@@ -135,6 +135,7 @@ def test_url_validator_refuses_private_literals_and_other_schemes(settings):
 
 def test_every_webhook_query_is_loaded():
     assert set(QUERIES) == {
+        "webhook_event_claim_plan",
         "webhook_event_claim_due",
         "webhook_event_finish",
         "webhook_event_reclaim_expired",

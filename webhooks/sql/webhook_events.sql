@@ -2,6 +2,13 @@
 -- Every write that ends a claim names the claim token and expects state = 'DELIVERING',
 -- so a sender whose claim expired (and was taken over) changes nothing.
 
+-- name: webhook_event_claim_plan
+-- Run in the claim's transaction just before webhook_event_claim_due. Otherwise the planner may
+-- walk webhook_event_due in due order and filter by client, an incremental sort that reads the
+-- whole backlog of the other clients; without it, each client's events come straight from
+-- webhook_event_client_due.
+SET LOCAL enable_incremental_sort = off;
+
 -- name: webhook_event_claim_due
 -- Claims up to %(limit)s due events in one statement, fairly across clients: each client may
 -- have at most %(per_client)s events DELIVERING (counted over every sender), and the batch
@@ -87,7 +94,8 @@ opened AS (
 )
 SELECT n.id, n.claim_token, n.notification_id, n.status, n.attempt_count, n.occurred_at,
        n.delivery_attempts, n.attempt_number, cl.webhook_url, cl.webhook_secret,
-       cl.previous_webhook_secret, cl.previous_webhook_secret_expires_at, notifyqueue_now()
+       cl.previous_webhook_secret, cl.previous_webhook_secret_expires_at,
+       notifyqueue_now() AS claimed_at
 FROM numbered AS n
 JOIN clients_client AS cl ON cl.id = n.client_id
 ORDER BY n.id;
