@@ -11,18 +11,19 @@ Invariants protected here:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 
-from notifyqueue.sqlfile import queries_load
+from notifyqueue.sqlgateway import Queries
 from notifyqueue.vocabulary import Priority
 
-SQL = queries_load(Path(__file__).with_name("sql") / "health.sql")
+SQL = Queries(Path(__file__).with_name("sql") / "health.sql")
 
 
 log = logging.getLogger("notifyqueue.monitoring")
@@ -66,6 +67,31 @@ class QueueSnapshot:
         return sum(count for (s, _), count in self.depth.items() if s == status)
 
 
+@dataclass(frozen=True)
+class _StatusCount:
+    status: str
+    count: int
+
+
+@dataclass(frozen=True)
+class _StateCount:
+    state: str
+    count: int
+
+
+@dataclass(frozen=True)
+class _DepthCount:
+    status: str
+    priority: int
+    count: int
+
+
+@dataclass(frozen=True)
+class _WorkersLive:
+    live: int
+    last_seen_at: datetime | None
+
+
 class HealthRepository:
     # Once every migration is applied it stays so for the life of the process (a deploy that
     # adds migrations restarts it), so the migration graph is loaded at most until then.
@@ -75,7 +101,8 @@ class HealthRepository:
         self.connection = using or connection
 
     def ping(self) -> None:
-        self._fetch("database_ping")
+        with self._reachable():
+            SQL.scalar("database_ping", using=self.connection)
 
     def migrations_pending(self) -> list[str]:
         """Migrations the code has and the database lacks, as `app.name`."""
@@ -92,38 +119,41 @@ class HealthRepository:
         return pending
 
     def queue_snapshot(self, *, now: datetime, workers_seen_since: datetime) -> QueueSnapshot:
-        depth = {
-            (status, Priority(priority).name): count
-            for status, priority, count in self._fetch("queue_depth")
-        }
-        (oldest_due,) = self._fetch("pending_oldest_due", now=now)[0]
-        (webhook_due,) = self._fetch("webhook_oldest_due", now=now)[0]
-        workers, last_seen = self._fetch("workers_live", since=workers_seen_since)[0]
+        using = self.connection
+        with self._reachable():
+            depth = SQL.rows("queue_depth", row=_DepthCount, using=using)
+            estimates = SQL.rows("final_status_estimates", row=_StatusCount, using=using)
+            oldest_due = SQL.scalar("pending_oldest_due", using=using, now=now)
+            backlog = SQL.rows("webhook_backlog", row=_StateCount, using=using)
+            webhook_due = SQL.scalar("webhook_oldest_due", using=using, now=now)
+            workers = SQL.row(
+                "workers_live", row=_WorkersLive, using=using, since=workers_seen_since
+            )
         return QueueSnapshot(
-            depth=depth,
-            final_estimates=dict(self._fetch("final_status_estimates")),
+            depth={(d.status, Priority(d.priority).name): d.count for d in depth},
+            final_estimates={e.status: e.count for e in estimates},
             oldest_overdue_s=_seconds_since(oldest_due, now),
-            webhook_backlog=dict(self._fetch("webhook_backlog")),
+            webhook_backlog={b.state: b.count for b in backlog},
             webhook_oldest_overdue_s=_seconds_since(webhook_due, now),
-            workers_live=workers,
-            worker_last_seen_at=last_seen,
+            workers_live=workers.live,
+            worker_last_seen_at=workers.last_seen_at,
         )
 
     def table_row_estimate(self, table: str) -> int | None:
         """The planner's estimate of a table's rows; None before its first ANALYZE."""
-        rows = self._fetch("table_row_estimate", table=table)
-        estimate = rows[0][0] if rows else None
+        with self._reachable():
+            estimate = SQL.scalar("table_row_estimate", using=self.connection, table=table)
         return None if estimate is None or estimate < 0 else estimate
 
     def circuits(self) -> list[CircuitReading]:
         """Every provider's circuit breaker and its state."""
-        return [CircuitReading(*row) for row in self._fetch("circuits_all")]
+        with self._reachable():
+            return SQL.rows("circuits_all", row=CircuitReading, using=self.connection)
 
-    def _fetch(self, name: str, **params: Any) -> list[tuple]:
+    @contextmanager
+    def _reachable(self) -> Iterator[None]:
         try:
-            with self.connection.cursor() as cursor:
-                cursor.execute(SQL[name], params)
-                return cursor.fetchall()
+            yield
         except DatabaseError as exc:
             raise _unavailable(exc) from exc
 

@@ -11,7 +11,7 @@ SELECT 1;
 -- PROCESSING: notification_claim_expiry WHERE PROCESSING; at most workers x batch rows.
 -- FAILED, DEAD_LETTERED: index-only scan of notification_operator_queue, which includes
 -- priority.
-SELECT 'PENDING' AS status, priority, count(*)
+SELECT 'PENDING' AS status, priority, count(*) AS count
   FROM notification WHERE status = 'PENDING' GROUP BY priority
 UNION ALL
 SELECT 'PROCESSING', priority, count(*)
@@ -27,7 +27,7 @@ SELECT 'DEAD_LETTERED', priority, count(*)
 -- SENT, CANCELLED and SUPPRESSED are estimated, not counted: the planner's row estimate for
 -- the table (pg_class.reltuples) times each status's share in pg_stats (kept by ANALYZE and
 -- autovacuum). A status too rare to be among the most common values has no row here.
-SELECT s.status, greatest(0, round(s.freq * c.reltuples))::bigint
+SELECT s.status, greatest(0, round(s.freq * c.reltuples))::bigint AS count
   FROM pg_class AS c
  CROSS JOIN LATERAL (
         SELECT unnest(st.most_common_vals::text::text[]) AS status,
@@ -55,7 +55,7 @@ SELECT min(head.due_at)
 
 -- name: webhook_backlog
 -- Each count reads one partial index (webhook_event_due, webhook_event_claim_expiry).
-SELECT 'PENDING' AS state, count(*) FROM webhook_event WHERE state = 'PENDING'
+SELECT 'PENDING' AS state, count(*) AS count FROM webhook_event WHERE state = 'PENDING'
 UNION ALL
 SELECT 'DELIVERING', count(*) FROM webhook_event WHERE state = 'DELIVERING';
 
@@ -66,7 +66,7 @@ SELECT min(next_attempt_at)
 
 -- name: workers_live
 -- worker_heartbeat has one row per worker process ever started: small.
-SELECT count(*), max(last_seen_at)
+SELECT count(*) AS live, max(last_seen_at) AS last_seen_at
   FROM worker_heartbeat
  WHERE stopped_at IS NULL AND last_seen_at >= %(since)s;
 
