@@ -19,9 +19,9 @@ from typing import Any
 
 from django.db import connection
 
-from notifyqueue.sqlfile import queries_load
+from notifyqueue.sqlgateway import Queries
 
-SQL = queries_load(Path(__file__).with_name("sql") / "circuits.sql")
+SQL = Queries(Path(__file__).with_name("sql") / "circuits.sql")
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,7 @@ class CircuitReading:
 
 def circuits_list() -> list[CircuitRecord]:
     """Every provider's circuit, by name (for /status, /metrics and operators)."""
-    with connection.cursor() as cursor:
-        cursor.execute(SQL["circuits_list"])
-        return [CircuitRecord(*row) for row in cursor.fetchall()]
+    return SQL.rows("circuits_list", row=CircuitRecord)
 
 
 class CircuitRepository:
