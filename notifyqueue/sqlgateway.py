@@ -27,23 +27,29 @@ What it guarantees, so that repositories need not:
 - Parameters (`%(name)s` in the SQL) are always bound by psycopg, never formatted in; `row` and
   `using` are the gateway's own keywords, so a query that uses either as a parameter name is
   refused when the file is loaded.
-- Types come back decoded, the same way for every query: jsonb and json as Python values (Django
-  loads jsonb as text on its connection, for JSONField to decode; the gateway's cursors decode
-  it), uuid as `uuid.UUID`, timestamptz as aware datetimes in UTC.
+- Types come back decoded, the same way for every query: jsonb as Python values (Django loads
+  jsonb as text on its connection, for JSONField to decode; the gateway decodes it on its own
+  cursor), json and uuid by psycopg's loaders (`uuid.UUID`), timestamptz as aware datetimes in
+  UTC (Django's loader, with USE_TZ on). Bind jsonb parameters as JSON text with `::jsonb`, or
+  as `psycopg.types.json.Jsonb(value)`.
 - Each call runs on the calling thread's Django connection (`django.db.connection`, or the one
   passed as `using=`), inside whatever transaction the caller opened (`transaction.atomic()`) or
   in autocommit outside one; the gateway never begins or commits a transaction. Statements go
   through Django's cursor, so query logging (`connection.queries`, execute wrappers) and
   django-prometheus' query counters see them. Database errors are Django's `DatabaseError`
   subclasses, for the repository to turn into its domain exceptions.
+
+Moving a repository onto it: replace `queries_load(path)` by `Queries(path)` (it is also a
+mapping of name to text, so `SQL[name]` keeps working meanwhile), give each SELECT or RETURNING
+the column names of the dataclass it fills, and replace the module's cursor helpers and
+`Record(*row)` by the calls above. A statement that returns a record plus a flag (an upsert's
+`(xmax = 0) AS created`) fills a private dataclass that has both (see templates/repositories.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
-import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -52,10 +58,9 @@ from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg.postgres import types
 from psycopg.rows import class_row, scalar_row
-from psycopg.types.datetime import TimestamptzLoader
-from psycopg.types.json import set_json_loads
-from psycopg.types.uuid import UUIDLoader
+from psycopg.types.json import JsonbLoader
 
 from notifyqueue.sqlfile import queries_load
 
@@ -64,16 +69,11 @@ T = TypeVar("T")
 # The gateway's own keyword arguments; no query may name a parameter so.
 _RESERVED = frozenset({"row", "using"})
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+_JSONB_OID = types["jsonb"].oid
 
 
 class QueryShapeError(Exception):
     """A query's result does not fit what its caller asked for (a programming error)."""
-
-
-class _UtcTimestamptzLoader(TimestamptzLoader):
-    # Aware, in UTC, whatever the session's TimeZone.
-    def load(self, data: Any) -> dt.datetime:
-        return super().load(data).astimezone(dt.UTC)
 
 
 class Queries(Mapping[str, str]):
@@ -148,17 +148,19 @@ class Queries(Mapping[str, str]):
     ) -> Iterator[Any]:
         text = self[name]
         with (using if using is not None else connection).cursor() as cursor:
-            # Django's cursor wraps psycopg's (`.cursor`): loaders and the row factory are set on
-            # that one cursor only, so the connection's other users (the ORM, whose JSONField
-            # expects jsonb as text) are unaffected, while execute() still goes through Django's
-            # wrapper (query logging, execute wrappers) and django-prometheus' cursor class.
+            # Through Django's cursor wrapper: query logging, execute wrappers and
+            # django-prometheus' cursor class all see the statement.
+            cursor.execute(text, params)
+            # The loader and the row factory are set on psycopg's cursor inside Django's
+            # (`.cursor`), after the result arrived: that one cursor only, so the ORM, whose
+            # JSONField expects jsonb as text, is unaffected, and the jsonb loader (which
+            # rebuilds the result's transformer) only when the result has a jsonb column.
             raw = cursor.cursor
-            set_json_loads(json.loads, raw)
-            raw.adapters.register_loader("uuid", UUIDLoader)
-            raw.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)
+            result = raw.pgresult
+            if result and any(result.ftype(i) == _JSONB_OID for i in range(result.nfields)):
+                raw.adapters.register_loader(_JSONB_OID, JsonbLoader)
             if row_factory is not None:
                 raw.row_factory = row_factory
-            cursor.execute(text, params)
             yield cursor
 
     def _single(self, name: str, found: list[T]) -> T | None:
