@@ -51,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,6 +83,8 @@ class Queries(Mapping[str, str]):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._texts = queries_load(path)
+        # (query name, row class) pairs whose result columns fit; see _cursor.
+        self._shapes_checked: set[tuple[str, type]] = set()
         for name, text in self._texts.items():
             reserved = sorted(_RESERVED & set(_PLACEHOLDER.findall(text)))
             if reserved:
@@ -107,28 +109,28 @@ class Queries(Mapping[str, str]):
         self, name: str, /, *, row: type[T], using: BaseDatabaseWrapper | None = None, **params: Any
     ) -> list[T]:
         """Every row of the query, each a `row` dataclass."""
-        with self._cursor(name, _dataclass_rows(row, self._where(name)), using, params) as cursor:
+        with self._cursor(name, row, using, params) as cursor:
             return cursor.fetchall()
 
     def row(
         self, name: str, /, *, row: type[T], using: BaseDatabaseWrapper | None = None, **params: Any
     ) -> T | None:
         """The query's one row as a `row` dataclass; None when it returned no row."""
-        with self._cursor(name, _dataclass_rows(row, self._where(name)), using, params) as cursor:
+        with self._cursor(name, row, using, params) as cursor:
             return self._single(name, cursor.fetchall())
 
     def scalar(
         self, name: str, /, *, using: BaseDatabaseWrapper | None = None, **params: Any
     ) -> Any:
         """The one column of the query's one row; None when it returned no row (or NULL)."""
-        with self._cursor(name, _single_column(self._where(name)), using, params) as cursor:
+        with self._cursor(name, _OneColumn, using, params) as cursor:
             return self._single(name, cursor.fetchall())
 
     def scalars(
         self, name: str, /, *, using: BaseDatabaseWrapper | None = None, **params: Any
     ) -> list[Any]:
         """The one column of every row the query returned."""
-        with self._cursor(name, _single_column(self._where(name)), using, params) as cursor:
+        with self._cursor(name, _OneColumn, using, params) as cursor:
             return cursor.fetchall()
 
     def execute(
@@ -142,7 +144,7 @@ class Queries(Mapping[str, str]):
     def _cursor(
         self,
         name: str,
-        row_factory: Callable[..., Any] | None,
+        shape: type | None,
         using: BaseDatabaseWrapper | None,
         params: dict[str, Any],
     ) -> Iterator[Any]:
@@ -152,24 +154,48 @@ class Queries(Mapping[str, str]):
             # django-prometheus' cursor class all see the statement.
             cursor.execute(text, params)
             # The loader and the row factory are set on psycopg's cursor inside Django's
-            # (`.cursor`), after the result arrived: that one cursor only, so the ORM, whose
+            # (`.cursor`), after the result arrived: on that one cursor only, so the ORM, whose
             # JSONField expects jsonb as text, is unaffected, and the jsonb loader (which
             # rebuilds the result's transformer) only when the result has a jsonb column.
             raw = cursor.cursor
             result = raw.pgresult
             if result and any(result.ftype(i) == _JSONB_OID for i in range(result.nfields)):
                 raw.adapters.register_loader(_JSONB_OID, JsonbLoader)
-            if row_factory is not None:
-                raw.row_factory = row_factory
+            if shape is not None:
+                if (name, shape) not in self._shapes_checked and raw.description is not None:
+                    # A query's columns are fixed by its text: checked on its first result.
+                    self._shape_check(name, shape, [c.name for c in raw.description])
+                    self._shapes_checked.add((name, shape))
+                raw.row_factory = scalar_row if shape is _OneColumn else class_row(shape)
             yield cursor
+
+    def _shape_check(self, name: str, shape: type, columns: list[str]) -> None:
+        where = f"query {name!r} ({self.path.name})"
+        if shape is _OneColumn:
+            if len(columns) != 1:
+                raise QueryShapeError(f"{where} returned columns {columns}, expected one")
+            return
+        fields, required = _fields(shape)
+        problems = []
+        if twice := sorted({c for c in columns if columns.count(c) > 1}):
+            problems.append(f"column(s) named twice: {twice}")
+        if unknown := [c for c in columns if c not in fields]:
+            problems.append(f"column(s) {unknown} that {shape.__name__} has no field for")
+        if unfilled := sorted(required.difference(columns)):
+            problems.append(f"no column for {shape.__name__}'s field(s) {unfilled}")
+        if problems:
+            raise QueryShapeError(f"{where} returned {'; '.join(problems)}")
 
     def _single(self, name: str, found: list[T]) -> T | None:
         if len(found) > 1:
-            raise QueryShapeError(f"{self._where(name)} returned {len(found)} rows, expected one")
+            raise QueryShapeError(
+                f"query {name!r} ({self.path.name}) returned {len(found)} rows, expected one"
+            )
         return found[0] if found else None
 
-    def _where(self, name: str) -> str:
-        return f"query {name!r} ({self.path.name})"
+
+class _OneColumn:
+    """The shape of `scalar` and `scalars`: exactly one column, of any name."""
 
 
 @functools.cache
@@ -184,35 +210,3 @@ def _fields(cls: type) -> tuple[frozenset[str], frozenset[str]]:
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     return frozenset(f.name for f in init), frozenset(f.name for f in required)
-
-
-def _dataclass_rows(cls: type[T], where: str) -> Callable[[Any], Callable[..., T]]:
-    fields, required = _fields(cls)
-    by_name = class_row(cls)
-
-    def factory(cursor: Any) -> Callable[..., T]:
-        # Called once per result, before any row is built.
-        if cursor.description is not None:
-            columns = [column.name for column in cursor.description]
-            problems = []
-            if twice := sorted({c for c in columns if columns.count(c) > 1}):
-                problems.append(f"column(s) named twice: {twice}")
-            if unknown := [c for c in columns if c not in fields]:
-                problems.append(f"column(s) {unknown} that {cls.__name__} has no field for")
-            if unfilled := sorted(required.difference(columns)):
-                problems.append(f"no column for {cls.__name__}'s field(s) {unfilled}")
-            if problems:
-                raise QueryShapeError(f"{where} returned {'; '.join(problems)}")
-        return by_name(cursor)
-
-    return factory
-
-
-def _single_column(where: str) -> Callable[[Any], Callable[..., Any]]:
-    def factory(cursor: Any) -> Callable[..., Any]:
-        if cursor.description is not None and len(cursor.description) != 1:
-            names = [column.name for column in cursor.description]
-            raise QueryShapeError(f"{where} returned columns {names}, expected one")
-        return scalar_row(cursor)
-
-    return factory
