@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -52,9 +52,6 @@ class Claim:
     template: str | None = None
     payload: dict[str, Any] | None = None
     fallback_channels: tuple[str, ...] = ()
-    # time.monotonic() past which this worker must not start the send: the claim could
-    # expire (by the database's clock) before the provider answered. Set by the worker.
-    start_by: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -215,24 +212,46 @@ class DeliveryRepository:
     def worker_stopped(self, *, worker: str, delivered: int) -> None:
         self._execute("worker_heartbeat_stop", worker=worker, delivered=delivered)
 
-    def simulated_message_call(
-        self, *, key: str, channel: str, recipient: str, decide
-    ) -> SimulatedCall:
-        """Records a call to the simulated provider. A key with a final answer gets it again;
-        otherwise `decide(calls)` answers, and a final answer is settled once (autocommit
-        statements, no explicit transaction: the guarded UPDATE makes a race harmless)."""
-        call = SimulatedCall(
-            *self._fetch("simulated_message_call", key=key, channel=channel, recipient=recipient)[0]
-        )
-        if call.outcome is not None:
-            return call
-        outcome, message_id = decide(call.calls)
-        if outcome is None:
-            return SimulatedCall(call.calls, None, None)
-        settled = self._fetch(
-            "simulated_message_answer", key=key, outcome=outcome, message_id=message_id
-        ) or self._fetch("simulated_message_get", key=key)
-        return SimulatedCall(call.calls, *settled[0])
+    def simulated_messages_call(
+        self,
+        calls: list[tuple[str, str, str]],
+        decide: Callable[[int, str], tuple[str | None, str | None]],
+    ) -> dict[str, SimulatedCall]:
+        """Records calls to the simulated provider, one (key, channel, recipient) each: a key
+        with a final answer gets it again; otherwise `decide(calls, recipient)` answers, and a
+        final answer is settled once. Two statements for the whole batch (three when another
+        worker settled a key meanwhile): autocommit, keys in one order, and the guarded
+        UPDATE makes a race harmless. A key repeated in `calls` is one call."""
+        unique = {key: (key, channel, recipient) for key, channel, recipient in calls}
+        keys, channels, recipients = (list(column) for column in zip(*unique.values(), strict=True))
+        counted = {
+            key: SimulatedCall(calls, outcome, message_id)
+            for key, calls, outcome, message_id in self._fetch(
+                "simulated_messages_call", keys=keys, channels=channels, recipients=recipients
+            )
+        }
+        answers = {}
+        for key, call in counted.items():
+            if call.outcome is None:
+                outcome, message_id = decide(call.calls, unique[key][2])
+                if outcome is not None:
+                    answers[key] = (outcome, message_id)
+        if answers:
+            settled = {
+                key: (outcome, message_id)
+                for key, outcome, message_id in self._fetch(
+                    "simulated_messages_answer",
+                    keys=list(answers),
+                    outcomes=[outcome for outcome, _ in answers.values()],
+                    message_ids=[message_id for _, message_id in answers.values()],
+                )
+            }
+            if raced := [key for key in answers if key not in settled]:
+                rows = self._fetch("simulated_messages_get", keys=raced)
+                settled |= {key: (outcome, message_id) for key, outcome, message_id in rows}
+            for key, (outcome, message_id) in settled.items():
+                counted[key] = SimulatedCall(counted[key].calls, outcome, message_id)
+        return counted
 
     @staticmethod
     def _fetch(name: str, **params: Any) -> list[tuple]:

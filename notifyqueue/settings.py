@@ -242,9 +242,9 @@ NOTIFYQUEUE_API_RATE_LIMIT_WINDOW_SECONDS = env.float(
 # How often an idle worker looks for due work even without a LISTEN/NOTIFY wake-up.
 NOTIFYQUEUE_POLL_INTERVAL_SECONDS = env.float("NOTIFYQUEUE_POLL_INTERVAL_SECONDS", default=1.0)
 NOTIFYQUEUE_HEARTBEAT_SECONDS = env.float("NOTIFYQUEUE_HEARTBEAT_SECONDS", default=5.0)
-# The most PostgreSQL connections one run_worker's loop, delivery threads and webhook sender
-# share (a pool), whatever its --concurrency; its LISTEN connection comes on top.
-NOTIFYQUEUE_WORKER_DB_CONNECTIONS = env.int("NOTIFYQUEUE_WORKER_DB_CONNECTIONS", default=10)
+# Where a worker LISTENs for wake-ups (a session of its own). Empty: DATABASE_URL. Set it to
+# the server itself when DATABASE_URL goes through PgBouncer in transaction mode.
+NOTIFYQUEUE_LISTEN_DATABASE_URL = env.str("NOTIFYQUEUE_LISTEN_DATABASE_URL", default="")
 # /status is degraded when no worker is alive and PENDING work has been due for longer than
 # this (default: two poll intervals).
 NOTIFYQUEUE_STATUS_MAX_OVERDUE_SECONDS = env.float(

@@ -42,7 +42,43 @@ class ClaimLost:
 Admission = Admitted | Deferred | ClaimLost
 
 
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """One claimed row to admit: its key's parts and the claim it is admitted under."""
+
+    channel: str
+    client_id: uuid.UUID
+    recipient: str
+    notification_id: uuid.UUID
+    claim_token: uuid.UUID
+    critical: bool
+
+
 class RateLimitRepository:
+    def recipients_admit(
+        self, *, claims: list[AdmissionRequest], limit: int, window_s: float
+    ) -> set[uuid.UUID]:
+        """Records a delivery for each claimed row whose key has a slot, in one statement (the
+        keys locked in one global order); returns the ids admitted. A row left out was at its
+        key's limit when checked: `recipient_admit` it to check again and defer it."""
+        if not claims:
+            return set()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                SQL["ratelimit_admit_many"],
+                {
+                    "channels": [c.channel for c in claims],
+                    "client_ids": [c.client_id for c in claims],
+                    "recipients": [c.recipient for c in claims],
+                    "ids": [c.notification_id for c in claims],
+                    "claim_tokens": [c.claim_token for c in claims],
+                    "criticals": [c.critical for c in claims],
+                    "limit": limit,
+                    "window_s": window_s,
+                },
+            )
+            return {row[0] for row in cursor.fetchall() if row[1]}
+
     def recipient_admit(
         self,
         *,

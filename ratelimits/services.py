@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from notifyqueue.vocabulary import Priority
-from ratelimits.repositories import Admission, RateLimitRepository
+from ratelimits.repositories import Admission, AdmissionRequest, Admitted, RateLimitRepository
 
 
 @dataclass(frozen=True)
@@ -39,16 +39,47 @@ class Admittable(Protocol):
     def priority(self) -> int: ...
 
 
+def recipients_admit(
+    claims: list[Admittable], *, rate_limit: RateLimit, repository: RateLimitRepository
+) -> dict[uuid.UUID, Admission]:
+    """Each claimed row's admission. The whole claim is admitted in one statement; only a row
+    whose key was at its limit then takes a round trip of its own, to check again under its
+    key's lock and defer (see `recipient_admit`)."""
+    admitted = repository.recipients_admit(
+        claims=[_request(claim) for claim in claims],
+        limit=rate_limit.limit,
+        window_s=rate_limit.window_s,
+    )
+    return {
+        claim.id: Admitted()
+        if claim.id in admitted
+        else recipient_admit(claim, rate_limit=rate_limit, repository=repository)
+        for claim in claims
+    }
+
+
 def recipient_admit(
     claim: Admittable, *, rate_limit: RateLimit, repository: RateLimitRepository
 ) -> Admission:
+    request = _request(claim)
     return repository.recipient_admit(
+        channel=request.channel,
+        client_id=request.client_id,
+        recipient=request.recipient,
+        notification_id=request.notification_id,
+        claim_token=request.claim_token,
+        critical=request.critical,
+        limit=rate_limit.limit,
+        window_s=rate_limit.window_s,
+    )
+
+
+def _request(claim: Admittable) -> AdmissionRequest:
+    return AdmissionRequest(
         channel=claim.channel,
         client_id=claim.client_id,
         recipient=claim.recipient,
         notification_id=claim.id,
         claim_token=claim.claim_token,
         critical=claim.priority == Priority.CRITICAL,
-        limit=rate_limit.limit,
-        window_s=rate_limit.window_s,
     )

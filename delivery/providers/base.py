@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -53,4 +53,15 @@ class Provider(Protocol):
 
     def send(self, message: Message) -> ProviderResult:
         """Delivers the message or says why not. Must not raise for provider-side trouble."""
+        ...
+
+
+@runtime_checkable
+class BatchProvider(Provider, Protocol):
+    """A provider whose sending is a write to our own database (the simulated provider, the
+    in-app inbox): the worker hands it a whole claim at once, on its loop, instead of one
+    message per delivery thread."""
+
+    def send_batch(self, messages: list[Message]) -> list[ProviderResult]:
+        """One answer per message, in order."""
         ...

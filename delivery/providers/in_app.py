@@ -14,3 +14,6 @@ class InAppProvider:
 
     def send(self, message: Message) -> ProviderResult:
         return Accepted(f"inbox-{message.notification_id}")
+
+    def send_batch(self, messages: list[Message]) -> list[ProviderResult]:
+        return [self.send(message) for message in messages]

@@ -19,7 +19,7 @@ from delivery.providers.base import (
     ProviderResult,
     TemporaryFailure,
 )
-from delivery.repositories import DeliveryRepository
+from delivery.repositories import DeliveryRepository, SimulatedCall
 
 _FLAKY = re.compile(r"flaky-(\d+)")
 ACCEPTED, REJECTED = "ACCEPTED", "REJECTED"
@@ -40,26 +40,32 @@ class SimulatedProvider:
         self.rng = rng or random.Random()
 
     def send(self, message: Message) -> ProviderResult:
-        recipient = message.recipient
+        return self.send_batch([message])[0]
 
-        def decide(calls: int) -> tuple[str | None, str | None]:
-            if "permanent-failure" in recipient:
-                return REJECTED, None
-            if "temporary-failure" in recipient:
-                return None, None
-            flaky = _FLAKY.search(recipient)
-            if flaky and calls <= int(flaky.group(1)):
-                return None, None
-            if not flaky and self.rng.random() < self.failure_rate:
-                return None, None
-            return ACCEPTED, f"sim-{uuid.uuid4()}"
-
-        call = self.repository.simulated_message_call(
-            key=message.idempotency_key,
-            channel=message.channel,
-            recipient=recipient,
-            decide=decide,
+    def send_batch(self, messages: list[Message]) -> list[ProviderResult]:
+        """One round trip to the store for the batch (two when new answers are settled)."""
+        if not messages:
+            return []
+        calls = self.repository.simulated_messages_call(
+            [(m.idempotency_key, m.channel, m.recipient) for m in messages], self._decide
         )
+        return [self._answer(calls[m.idempotency_key], m.recipient) for m in messages]
+
+    def _decide(self, calls: int, recipient: str) -> tuple[str | None, str | None]:
+        """The answer to the `calls`-th call for a key that has no final answer yet."""
+        if "permanent-failure" in recipient:
+            return REJECTED, None
+        if "temporary-failure" in recipient:
+            return None, None
+        flaky = _FLAKY.search(recipient)
+        if flaky and calls <= int(flaky.group(1)):
+            return None, None
+        if not flaky and self.rng.random() < self.failure_rate:
+            return None, None
+        return ACCEPTED, f"sim-{uuid.uuid4()}"
+
+    @staticmethod
+    def _answer(call: SimulatedCall, recipient: str) -> ProviderResult:
         if call.outcome == ACCEPTED:
             return Accepted(call.message_id)
         if call.outcome == REJECTED:

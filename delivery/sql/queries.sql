@@ -228,23 +228,32 @@ UPDATE worker_heartbeat
 SET stopped_at = notifyqueue_now(), last_seen_at = notifyqueue_now(), delivered = %(delivered)s
 WHERE worker_id = %(worker)s;
 
--- name: simulated_message_call
--- Counts a call to the simulated provider; returns the call number and any final answer.
+-- name: simulated_messages_call
+-- Counts a call to the simulated provider for each key; returns the call number and any final
+-- answer. Keys are inserted in sorted order, so two workers sending overlapping keys (a claim
+-- taken over) lock them in the same order.
 INSERT INTO simulated_provider_message AS m (idempotency_key, channel, recipient, calls, sends,
                                              first_call_at, last_call_at)
-VALUES (%(key)s, %(channel)s, %(recipient)s, 1, 0, notifyqueue_now(), notifyqueue_now())
+SELECT c.key, c.channel, c.recipient, 1, 0, notifyqueue_now(), notifyqueue_now()
+FROM unnest(%(keys)s::text[], %(channels)s::text[], %(recipients)s::text[])
+     AS c(key, channel, recipient)
+ORDER BY c.key
 ON CONFLICT (idempotency_key) DO UPDATE
 SET calls = m.calls + 1, last_call_at = excluded.last_call_at
-RETURNING calls, outcome, message_id;
+RETURNING idempotency_key, calls, outcome, message_id;
 
--- name: simulated_message_answer
--- Settles the key's final answer once: if a concurrent call settled it first, nothing
--- changes and the caller reads that answer instead (simulated_message_get).
-UPDATE simulated_provider_message
-SET outcome = %(outcome)s, message_id = %(message_id)s,
-    sends = sends + CASE WHEN %(outcome)s = 'ACCEPTED' THEN 1 ELSE 0 END
-WHERE idempotency_key = %(key)s AND outcome IS NULL
-RETURNING outcome, message_id;
+-- name: simulated_messages_answer
+-- Settles each key's final answer once: a key a concurrent call settled first is left as it
+-- is and absent from the result (the caller then reads it: simulated_messages_get).
+UPDATE simulated_provider_message AS m
+SET outcome = a.outcome, message_id = a.message_id,
+    sends = m.sends + CASE WHEN a.outcome = 'ACCEPTED' THEN 1 ELSE 0 END
+FROM unnest(%(keys)s::text[], %(outcomes)s::text[], %(message_ids)s::text[])
+     AS a(key, outcome, message_id)
+WHERE m.idempotency_key = a.key AND m.outcome IS NULL
+RETURNING m.idempotency_key, m.outcome, m.message_id;
 
--- name: simulated_message_get
-SELECT outcome, message_id FROM simulated_provider_message WHERE idempotency_key = %(key)s;
+-- name: simulated_messages_get
+SELECT idempotency_key, outcome, message_id
+FROM simulated_provider_message
+WHERE idempotency_key = ANY(%(keys)s::text[]);

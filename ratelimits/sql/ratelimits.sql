@@ -12,6 +12,15 @@
 SELECT ratelimit_admit(%(channel)s, %(client_id)s, %(recipient)s, %(notification_id)s,
                        %(claim_token)s, %(limit)s, %(window_s)s, %(critical)s)
 
+-- name: ratelimit_admit_many
+-- ratelimit_admit for every row of a claim, in one statement: the keys' advisory locks are
+-- taken in one global order (migration ratelimits 0005), so concurrent callers cannot deadlock.
+-- Returns each row's id and whether it was admitted.
+SELECT notification_id, admitted
+FROM ratelimit_admit_many(%(channels)s::text[], %(client_ids)s::uuid[], %(recipients)s::text[],
+                          %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(criticals)s::boolean[],
+                          %(limit)s, %(window_s)s)
+
 -- name: ratelimit_defer
 -- The key is at its limit. Gives the claimed row back (PENDING, attempt returned), due at the
 -- moment its slot frees, and schedules the key's whole backlog the same way, so each waiting

@@ -365,9 +365,9 @@ def test_a_claim_too_old_to_start_is_given_back_without_using_an_attempt(close_w
     from ratelimits.services import RateLimit
 
     class SlowRateLimits(RateLimitRepository):
-        def recipient_admit(self, **kwargs):
-            admitted = super().recipient_admit(**kwargs)
-            time.sleep(0.3)  # e.g. waiting for the recipient's lock
+        def recipients_admit(self, **kwargs):
+            admitted = super().recipients_admit(**kwargs)
+            time.sleep(0.3)  # e.g. waiting for the recipients' locks
             return admitted
 
     notification = NotificationFactory()
@@ -398,7 +398,7 @@ def test_a_database_error_in_the_send_time_checks_is_a_failed_attempt_not_a_send
     from ratelimits.services import RateLimit
 
     class UnreachableRateLimits:
-        def recipient_admit(self, **kwargs):
+        def recipients_admit(self, **kwargs):
             raise OperationalError("server closed the connection unexpectedly")
 
     notification = NotificationFactory()

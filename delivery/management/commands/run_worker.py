@@ -9,7 +9,6 @@ import signal
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections
 from prometheus_client import start_http_server
 
 from delivery.circuits.services import CircuitPolicy
@@ -25,24 +24,6 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise ValueError(value)
     return number
-
-
-def database_pool_use(*, max_size: int) -> None:
-    """Makes every thread of this process borrow its connection from one pool of at most
-    `max_size` (Django's psycopg pool): delivery threads return theirs after each delivery,
-    so a worker's connections stay fixed whatever its concurrency."""
-    if max_size < 1:
-        raise CommandError("NOTIFYQUEUE_WORKER_DB_CONNECTIONS must be at least 1")
-    connections["default"].close()
-    settings_dict = connections["default"].settings_dict
-    settings_dict["CONN_MAX_AGE"] = 0  # pooled connections are never persistent ones
-    # No round trip to check a connection at every checkout (two per delivery): a broken one
-    # fails its statement, which the worker handles, and the pool drops it when given back.
-    settings_dict["CONN_HEALTH_CHECKS"] = False
-    settings_dict["OPTIONS"] = {
-        **settings_dict.get("OPTIONS", {}),
-        "pool": {"min_size": 1, "max_size": max_size, "timeout": 60},
-    }
 
 
 class Command(BaseCommand):
@@ -69,7 +50,6 @@ class Command(BaseCommand):
                 f"NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS ({send_timeout_s:g}): a claim must outlive "
                 "the slowest provider call, or another worker takes it over and sends it again"
             )
-        database_pool_use(max_size=settings.NOTIFYQUEUE_WORKER_DB_CONNECTIONS)
         try:
             providers = providers_from_settings()
         except ImproperlyConfigured as exc:
