@@ -14,6 +14,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from django.db import connection
+
 from delivery.circuits.services import Allowed
 from delivery.providers.base import Message, Provider, ProviderResult, TemporaryFailure
 from delivery.repositories import Claim
@@ -54,6 +56,11 @@ def provider_call(provider: Provider, message: Message) -> ProviderResult:
             "provider %s raised for notification=%s", provider.name, message.notification_id
         )
         return TemporaryFailure(f"{provider.name} provider raised {type(exc).__name__}")
+    finally:
+        if connection.connection is not None:
+            # A provider that used the database on this thread (no built-in one does) does
+            # not keep a connection open per send thread.
+            connection.close()
 
 
 class Sends:

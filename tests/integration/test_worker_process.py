@@ -203,44 +203,48 @@ def test_run_worker_refuses_a_loopback_provider_url_unless_private_targets_are_a
     assert "NOTIFYQUEUE_EMAIL_PROVIDER_URL" in output and "loopback" in output
 
 
-def test_a_worker_at_concurrency_60_uses_a_fixed_handful_of_connections(database_url):
-    """Sixty sends in flight at once (the provider answers after 0.5 s), yet the worker holds
-    at most its pool (NOTIFYQUEUE_WORKER_DB_CONNECTIONS=4) plus its LISTEN connection: its
-    connections do not grow with --concurrency (on main: one per delivery thread)."""
+def test_a_worker_at_concurrency_200_uses_three_connections(database_url):
+    """Two hundred sends in flight at once (the provider answers after 0.5 s), yet the worker
+    holds three PostgreSQL sessions (its loop, its LISTEN thread, its webhook sender), and stays
+    small: the send threads never touch the database."""
     from django.db import connection
 
     from tests.support.http_servers import ScriptedProvider
 
-    NotificationFactory.create_batch(120, client=ClientFactory())
+    NotificationFactory.create_batch(400, client=ClientFactory())
     with ScriptedProvider(delay_s=0.5) as provider:
         worker = worker_process(
-            database_url,
-            provider.url,
-            "--concurrency",
-            "60",
-            "--batch-size",
-            "60",
-            NOTIFYQUEUE_WORKER_DB_CONNECTIONS="4",
+            database_url, provider.url, "--concurrency", "200", "--batch-size", "200"
         )
-        peak = 0
+        peak, peak_rss_kb = 0, 0
         try:
             sent = Notification.objects.filter(status=Status.SENT)
             deadline = time.monotonic() + 60
-            while sent.count() < 120 and time.monotonic() < deadline:
+            while sent.count() < 400 and time.monotonic() < deadline:
                 with connection.cursor() as cursor:
                     cursor.execute(
                         "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND backend_type = 'client backend'"  # not autovacuum
                     )
                     peak = max(peak, cursor.fetchone()[0])
+                peak_rss_kb = max(peak_rss_kb, _rss_kb(worker.pid))
                 time.sleep(0.05)
-            assert sent.count() == 120
+            assert sent.count() == 400
         finally:
             worker.send_signal(signal.SIGTERM)
             output, _ = worker.communicate(timeout=30)
     assert worker.returncode == 0, output
-    assert len(provider.sends) == 120
+    assert len(provider.sends) == 400
     starts = sorted(call.at for call in provider.calls)
     overlapping = max(sum(1 for t in starts if s <= t < s + 0.5) for s in starts)
-    assert overlapping > 4 * 2, overlapping  # far more sends at once than connections
-    assert peak <= 4 + 1, peak
+    assert overlapping >= 100, overlapping  # far more sends at once than connections
+    assert peak <= 3, peak
+    assert peak_rss_kb < 150 * 1024, peak_rss_kb
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
