@@ -157,6 +157,15 @@ class Notification(models.Model):
             # a btree entry allows (~2.7 kB); equality is the only lookup it needs, and one
             # recipient has few rows (rate-limited), so sorting them afterwards is cheap.
             HashIndex(fields=["recipient"], name="notification_recipient"),
+            # The rows a rate-limit deferral holds back, by recipient: what a freed slot lets
+            # forward (ratelimit_release_next, run for most admissions). Tiny, so its cost
+            # does not grow with the backlog, and it gives the function's cached generic plan
+            # a cheap path; without it the plan cache re-planned the look-up on every call.
+            HashIndex(
+                fields=["recipient"],
+                name="notification_rate_held",
+                condition=Q(rate_deferred_from__isnull=False),
+            ),
             # What an operator retries: the dead-letter queue and permanent failures, oldest
             # first (bulk retry), newest first (the admin's status filter), and counted by
             # /status and /metrics (by channel and priority, index-only thanks to INCLUDE).
