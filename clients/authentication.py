@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import TYPE_CHECKING
 
 from rest_framework import authentication, exceptions
@@ -10,9 +11,68 @@ from rest_framework.request import Request
 from clients.models import Client, ClientAPIKey
 
 if TYPE_CHECKING:
-    from clients.repositories import KeyHolder
+    from clients.repositories import KeyHolder, KeyRow
 
 KEYWORD = "Api-Key"
+# Keys this process authenticated, by prefix: which client a key belongs to never changes, but
+# whether it is still usable does, so a remembered key is only a hint for a statement that
+# checks it again (notifications/ingest.py). Bounded: emptied when full.
+_REMEMBERED: dict[str, KeyRow] = {}
+REMEMBERED_MAX = 10_000
+
+
+def api_key_from_header(header: str) -> str | None:
+    """The key in an `Authorization` header value, or None when it is not `Api-Key <key>`."""
+    keyword, _, key = header.partition(" ")
+    key = key.strip()
+    if keyword != KEYWORD or not key:
+        return None
+    return key
+
+
+def usable_key(header: str | None) -> KeyRow | None:
+    """The key and its client's flags when `header` (an `Authorization` value) names a usable
+    key: known, not revoked, not expired. None for anything else, whatever the reason; the
+    thin create path (notifications/ingest.py) then lets `ApiKeyAuthentication` answer.
+    One query; nothing is cached."""
+    if not header or not header.isascii():
+        return None
+    key = api_key_from_header(header)
+    if key is None:
+        return None
+    # Imported here: see ApiKeyAuthentication.authenticate.
+    from clients.repositories import api_key_row
+
+    prefix = key.partition(".")[0]
+    row = api_key_row(prefix=prefix)
+    if row is None or row.expired:
+        return None
+    if not ClientAPIKey.objects.key_generator.verify(key, row.hashed_key):
+        return None
+    if len(_REMEMBERED) >= REMEMBERED_MAX:
+        _REMEMBERED.clear()
+    _REMEMBERED[prefix] = row
+    return row
+
+
+def remembered_key(header: str | None) -> tuple[str, KeyRow] | None:
+    """The prefix and row of the key `header` names, if `usable_key` accepted that key before
+    in this process (its hash is the one the table stored then); no query. Whether the key
+    is still usable is NOT known: only for a statement that checks the key itself
+    (`notification_create_checked`)."""
+    if not header or not header.isascii():
+        return None
+    key = api_key_from_header(header)
+    if key is None:
+        return None
+    prefix = key.partition(".")[0]
+    row = _REMEMBERED.get(prefix)
+    generator = ClientAPIKey.objects.key_generator
+    if row is None or not generator.using_preferred_hasher(row.hashed_key):
+        return None
+    if not hmac.compare_digest(generator.preferred_hasher.encode(key, ""), row.hashed_key):
+        return None
+    return prefix, row
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -24,14 +84,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).decode("latin-1")
         if not header:
             return None
-        keyword, _, key = header.partition(" ")
-        if keyword != KEYWORD or not key.strip():
+        key = api_key_from_header(header)
+        if key is None:
             raise exceptions.AuthenticationFailed("Expected 'Authorization: Api-Key <key>'.")
         # Imported here: DRF imports this module while notifyqueue.errors (which the
         # repositories import) is still importing DRF.
         from clients.repositories import api_key_holder
 
-        key = key.strip()
         prefix, _, _ = key.partition(".")
         holder = api_key_holder(prefix=prefix)
         if holder is None or not ClientAPIKey.objects.key_generator.verify(key, holder.hashed_key):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from django.db import IntegrityError, connection, transaction
 
@@ -80,6 +81,18 @@ def client_request_count(*, client_id: uuid.UUID, window_s: float) -> RequestCou
     return RequestCount(requests=requests, seconds_left=seconds_left)
 
 
+class KeyRow(NamedTuple):
+    """An unrevoked API key found by its prefix, with its client's id and flags."""
+
+    key_id: str
+    hashed_key: str
+    expired: bool
+    client_id: uuid.UUID
+    client_name: str
+    is_operator: bool
+    may_send_critical: bool
+
+
 @dataclass(frozen=True)
 class KeyHolder:
     """An unrevoked API key found by its prefix, with the client it belongs to."""
@@ -90,22 +103,32 @@ class KeyHolder:
     client: Client
 
 
+def api_key_row(*, prefix: str) -> KeyRow | None:
+    """The unrevoked key with this prefix and its client's flags, in one query; None if there
+    is none. Nothing is cached: a revoked or expired key fails on its next request."""
+    with connection.cursor() as cursor:
+        cursor.execute(SQL["api_key_client"], {"prefix": prefix})
+        row = cursor.fetchone()
+    return None if row is None else KeyRow(*row)
+
+
 def api_key_holder(*, prefix: str) -> KeyHolder | None:
     """The unrevoked key with this prefix and its client, in one query; None if there is none.
 
     The client comes back with only the fields the API reads on every request loaded (`id`,
     `name`, `is_operator`, `may_send_critical`); others load on first use.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(SQL["api_key_client"], {"prefix": prefix})
-        row = cursor.fetchone()
+    row = api_key_row(prefix=prefix)
     if row is None:
         return None
-    key_id, hashed_key, expired, *client_values = row
     client = Client.from_db(
-        "default", ["id", "name", "is_operator", "may_send_critical"], client_values
+        "default",
+        ["id", "name", "is_operator", "may_send_critical"],
+        [row.client_id, row.client_name, row.is_operator, row.may_send_critical],
     )
-    return KeyHolder(key_id=key_id, hashed_key=hashed_key, expired=expired, client=client)
+    return KeyHolder(
+        key_id=row.key_id, hashed_key=row.hashed_key, expired=row.expired, client=client
+    )
 
 
 def client_key_authenticates(*, name: str, api_key: str) -> bool:

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from django.db import IntegrityError, connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
@@ -157,6 +158,21 @@ class RetriedRow:
     operator_retries: int
 
 
+@dataclass(frozen=True)
+class KeyCheck:
+    """An API key for the create statement to check itself (`notification_create_checked`):
+    the unrevoked, unexpired key with this prefix and hash, of the notification's client."""
+
+    prefix: str
+    hashed_key: str
+
+
+class KeyCheckFailed(Exception):
+    """The create statement with a `KeyCheck` inserted and found nothing: the key is no longer
+    usable (or the key's holder committed meanwhile, see `CREATE_ATTEMPTS`). Nothing was
+    written; the caller authenticates and creates the long way."""
+
+
 class DuplicateRequest(Exception):
     """The client already used this idempotency key; `existing` is the row that holds it."""
 
@@ -203,6 +219,27 @@ def _fetch_created(sql: str, params: dict[str, Any]) -> list[Inserted]:
         raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
 
 
+def _fetch_created_raw(sql: str, params: dict[str, Any]) -> list[Inserted]:
+    """`_fetch_created` on a psycopg cursor of Django's connection (same connection, same
+    transaction, same type adapters), without Django's cursor wrapper, django-prometheus'
+    statement counters and the per-request health check (`SELECT 1`): about a third of a
+    create's database cost in Python (docs/performance.md, Ingest). The parameters are bound
+    by the server, and never in a named prepared statement (PgBouncer's transaction mode)."""
+    connection.ensure_connection()
+    try:
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(sql, params, prepare=False)
+            columns = [column.name for column in cursor.description]
+            return [
+                Inserted(
+                    record=_record_from_row(dict(zip(columns, row, strict=True))), created=row[0]
+                )
+                for row in cursor
+            ]
+    except psycopg.IntegrityError as exc:
+        raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
+
+
 def _new_params(new: NewNotification) -> dict[str, Any]:
     """The per-row values of a create, as the SQL files name them."""
     return {
@@ -227,13 +264,27 @@ def _new_params(new: NewNotification) -> dict[str, Any]:
 class NotificationRepository:
     """PostgreSQL-backed notification storage for the API."""
 
-    def insert(self, *, new: NewNotification) -> NotificationRecord:
-        """Inserts the row, or raises `DuplicateRequest` with the row already holding its key."""
+    def insert(
+        self, *, new: NewNotification, key_check: KeyCheck | None = None
+    ) -> NotificationRecord:
+        """Inserts the row, or raises `DuplicateRequest` with the row already holding its key.
+
+        With `key_check`, one statement also checks that API key (`KeyCheckFailed` when it
+        finds nothing: nothing was written)."""
         params = _new_params(new)
         params.update(
             client_id=new.client_id,
             **{column: _json_param(params[column]) for column in JSON_COLUMNS},
         )
+        if key_check is not None:
+            params.update(key_prefix=key_check.prefix, hashed_key=key_check.hashed_key)
+            rows = _fetch_created_raw(QUERIES["notification_create_checked"], params)
+            if not rows:
+                raise KeyCheckFailed()
+            (found,) = rows
+            if found.created:
+                return found.record
+            raise DuplicateRequest(found.record)
         for _ in range(CREATE_ATTEMPTS):
             rows = _fetch_created(QUERIES["notification_create"], params)
             if rows:

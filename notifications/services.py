@@ -42,6 +42,7 @@ from notifications.models import Priority
 from notifications.repositories import (
     DuplicateRequest,
     Inserted,
+    KeyCheck,
     ListFilters,
     ListPage,
     ListPosition,
@@ -129,7 +130,9 @@ class NoTemplates:
 class NotificationStore(Protocol):
     """What the services need from storage; `NotificationRepository` is the real one."""
 
-    def insert(self, *, new: NewNotification) -> NotificationRecord: ...
+    def insert(
+        self, *, new: NewNotification, key_check: KeyCheck | None = None
+    ) -> NotificationRecord: ...
 
     def insert_many(
         self, *, client_id: uuid.UUID, new: Sequence[NewNotification]
@@ -292,10 +295,14 @@ def notification_create(
     max_pending: int | None = None,
     max_attempts: int | None = None,
     backlog: ClientBacklog | None = None,
+    key_check: KeyCheck | None = None,
 ) -> CreateResult:
     """Creates the notification, or answers with the one this key already created.
 
-    The common case is one statement: the insert, or the row already holding the key.
+    The common case is one statement: the insert, or the row already holding the key. With
+    `key_check` (an API key not yet checked in this request), that statement also checks the
+    key, and every other outcome raises (`KeyCheckFailed` or the DomainError) without reading
+    anything of the client's: the caller then authenticates first and calls again.
     """
     repository = repository or NotificationRepository()
     backlog = backlog or CLIENT_BACKLOG
@@ -311,6 +318,8 @@ def notification_create(
         )
         backlog.check(client_id=client_id, limit=limit, repository=repository)
     except DomainError:
+        if key_check is not None:
+            raise
         # A replay is answered even when the backlog is full, and even when the template or
         # the user's preferences changed since: it answers as the first request did.
         result = _replay_if_known(
@@ -322,7 +331,7 @@ def notification_create(
         if result is None:
             raise
         return result
-    result = _insert(new=new, repository=repository)
+    result = _insert(new=new, repository=repository, key_check=key_check)
     if result.created:
         backlog.created(client_id=client_id, count=1)
     return result
@@ -522,9 +531,15 @@ def _notification_prepare(
     )
 
 
-def _insert(*, new: NewNotification, repository: NotificationStore) -> CreateResult:
+def _insert(
+    *, new: NewNotification, repository: NotificationStore, key_check: KeyCheck | None = None
+) -> CreateResult:
     try:
-        inserted = repository.insert(new=new)
+        inserted = (
+            repository.insert(new=new)
+            if key_check is None
+            else repository.insert(new=new, key_check=key_check)
+        )
     except DuplicateRequest as duplicate:
         return _replay(existing=duplicate.existing, fingerprint=new.request_fingerprint)
     metrics.notification_created(channel=inserted.channel)

@@ -3,9 +3,9 @@ from django.urls import path
 from notifications import views
 
 urlpatterns = [
-    path("notifications", views.NotificationCollectionView.as_view(), name="notification-list"),
+    path("notifications", views.notification_collection, name="notification-list"),
     # Before the detail route, which would otherwise read "batch" or "retry" as an id.
-    path("notifications/batch", views.NotificationBatchView.as_view(), name="notification-batch"),
+    path("notifications/batch", views.notification_batch, name="notification-batch"),
     path(
         "notifications/retry",
         views.NotificationBulkRetryView.as_view(),
