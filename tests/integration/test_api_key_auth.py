@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+import tempfile
 from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from psycopg import pq
 from rest_framework.test import APIClient
 
+from clients import authentication
 from clients.models import ClientAPIKey
+from notifications.models import Notification
 
 pytestmark = pytest.mark.django_db
 
@@ -52,25 +57,73 @@ def test_expiry_is_decided_by_the_database_clock(api, acme):
     assert response.json()["error"]["message"] == "This API key has expired."
 
 
-def test_a_create_is_two_queries_authentication_and_the_insert(api, settings):
+@contextlib.contextmanager
+def statements_sent():
+    """The SQL of every statement sent on Django's connection meanwhile, as PostgreSQL's
+    client library logs the protocol (PQtrace): what Django's query log would miss, statements
+    sent on a psycopg cursor of the same connection included."""
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    sent: list[str] = []
+    with tempfile.TemporaryFile() as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            yield sent
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        text = trace.read().decode(errors="replace")
+    # One message per "F|B <tab> length <tab> type" line; a statement's text spans lines.
+    messages = list(re.finditer(r"^([FB])\t\d+\t(\w+)", text, re.MULTILINE))
+    for message, following in zip(messages, [*messages[1:], None], strict=True):
+        if message[1] == "F" and message[2] in ("Query", "Parse"):
+            sent.append(text[message.end() : following.start() if following else None])
+
+
+def test_a_create_is_one_statement_once_its_key_is_known(api, settings):
     settings.NOTIFYQUEUE_API_RATE_LIMIT = 0  # the throttle's own count is not this test's
     create(api, "warm-up")  # the backlog figure is counted once per interval, not per create
-    with CaptureQueriesContext(connection) as captured:
+    with statements_sent() as sent:
         assert create(api, "k-1").status_code == 201
-    queries = [query["sql"] for query in captured.captured_queries]
-    assert len(queries) == 2, queries
-    assert "FROM clients_clientapikey" in queries[0]
-    assert "INSERT INTO notification" in queries[1]
+    assert len(sent) == 1, sent
+    assert "FROM clients_clientapikey" in sent[0]
+    assert "INSERT INTO notification" in sent[0]
 
 
-def test_a_critical_create_reads_the_permission_without_another_query(api, acme, settings):
+def test_a_key_not_seen_before_is_looked_up_then_the_insert(api, settings):
+    settings.NOTIFYQUEUE_API_RATE_LIMIT = 0
+    create(api, "warm-up")
+    authentication._REMEMBERED.clear()  # as in a process that has not seen this key yet
+    with statements_sent() as sent:
+        assert create(api, "k-1").status_code == 201
+    assert len(sent) == 2, sent
+    assert "FROM clients_clientapikey" in sent[0]
+    assert "INSERT INTO notification" in sent[1]
+    assert "clients_clientapikey" not in sent[1]
+
+
+def test_a_critical_create_reads_the_permission_with_the_key(api, acme, settings):
     settings.NOTIFYQUEUE_API_RATE_LIMIT = 0
     acme[0].may_send_critical = True
     acme[0].save(update_fields=["may_send_critical"])
     create(api, "warm-up")
-    with CaptureQueriesContext(connection) as captured:
+    with statements_sent() as sent:
         response = api.post(
             URL, {**VALID, "priority": "CRITICAL"}, format="json", HTTP_IDEMPOTENCY_KEY="k-1"
         )
     assert response.status_code == 201, response.json()
-    assert len(captured.captured_queries) == 2
+    # CRITICAL goes the long way: its permission is read with the key, before the insert.
+    assert len(sent) == 2, sent
+    assert "may_send_critical" in sent[0]
+
+
+def test_a_known_key_revoked_since_is_refused_and_writes_nothing(api, acme, settings):
+    settings.NOTIFYQUEUE_API_RATE_LIMIT = 0
+    assert create(api, "k-1").status_code == 201
+    ClientAPIKey.objects.filter(client=acme[0]).update(revoked=True)
+    response = create(api, "k-2")
+    assert response.status_code == 401
+    assert not Notification.objects.filter(idempotency_key="k-2").exists()
+    # Nor does a replay of k-1 answer with the notification.
+    assert create(api, "k-1").status_code == 401
