@@ -75,6 +75,12 @@ def remembered_key(header: str | None) -> tuple[str, KeyRow] | None:
     return prefix, row
 
 
+def forget_key(prefix: str) -> None:
+    """Drops a remembered key (its create statement found it no longer usable, or so it may
+    be): the next request looks it up again."""
+    _REMEMBERED.pop(prefix, None)
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     """Authenticates the request as a `Client`; `request.user` is that client."""
 

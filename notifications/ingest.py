@@ -42,7 +42,7 @@ from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.serializers import ValidationError
 
-from clients.authentication import remembered_key, usable_key
+from clients.authentication import forget_key, remembered_key, usable_key
 from clients.repositories import KeyRow
 from clients.throttling import request_refused
 from notifications import services
@@ -346,7 +346,10 @@ def _create_checked(
             renderer=NotificationContent(),
             key_check=KeyCheck(prefix=prefix, hashed_key=row.hashed_key),
         )
-    except (KeyCheckFailed, DomainError):
+    except KeyCheckFailed:
+        forget_key(prefix)
+        return None
+    except DomainError:
         return None
     except psycopg.OperationalError:
         # A persistent connection the server closed since the last request (what Django's

@@ -168,9 +168,9 @@ class KeyCheck:
 
 
 class KeyCheckFailed(Exception):
-    """The create statement with a `KeyCheck` inserted and found nothing: the key is no longer
-    usable (or the key's holder committed meanwhile, see `CREATE_ATTEMPTS`). Nothing was
-    written; the caller authenticates and creates the long way."""
+    """The create statement with a `KeyCheck` inserted nothing: the API key is no longer
+    usable, or the idempotency key is already used. Nothing was written or read; the caller
+    authenticates and creates the long way (which answers a replay)."""
 
 
 class DuplicateRequest(Exception):
@@ -219,25 +219,34 @@ def _fetch_created(sql: str, params: dict[str, Any]) -> list[Inserted]:
         raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
 
 
-def _fetch_created_raw(sql: str, params: dict[str, Any]) -> list[Inserted]:
-    """`_fetch_created` on a psycopg cursor of Django's connection (same connection, same
-    transaction, same type adapters), without Django's cursor wrapper, django-prometheus'
-    statement counters and the per-request health check (`SELECT 1`): about a third of a
-    create's database cost in Python (docs/performance.md, Ingest). The parameters are bound
-    by the server, and never in a named prepared statement (PgBouncer's transaction mode)."""
+_JSON_POSITIONS = tuple(RECORD_FIELDS.index(column) for column in JSON_COLUMNS)
+_PRIORITY_POSITION = RECORD_FIELDS.index("priority")
+
+
+def _insert_checked(params: dict[str, Any]) -> NotificationRecord | None:
+    """`notification_create_checked`: the new row, or None when nothing was inserted.
+
+    Sent on a psycopg cursor of Django's connection (same connection, same transaction, same
+    type adapters) rather than through Django's cursor wrapper, django-prometheus' statement
+    counters and the per-request health check (`SELECT 1`), and read by position (the
+    statement returns NotificationRecord's columns in order): a third of a create's CPU in
+    Python went there (docs/performance.md, Ingest). Parameters are bound by the server,
+    never in a named prepared statement (PgBouncer's transaction mode)."""
     connection.ensure_connection()
     try:
         with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(sql, params, prepare=False)
-            columns = [column.name for column in cursor.description]
-            return [
-                Inserted(
-                    record=_record_from_row(dict(zip(columns, row, strict=True))), created=row[0]
-                )
-                for row in cursor
-            ]
+            cursor.execute(QUERIES["notification_create_checked"], params, prepare=False)
+            row = cursor.fetchone()
     except psycopg.IntegrityError as exc:
         raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
+    if row is None:
+        return None
+    values = list(row)
+    for position in _JSON_POSITIONS:
+        if isinstance(values[position], str):
+            values[position] = json.loads(values[position])
+    values[_PRIORITY_POSITION] = Priority(values[_PRIORITY_POSITION])
+    return NotificationRecord(*values)
 
 
 def _new_params(new: NewNotification) -> dict[str, Any]:
@@ -269,8 +278,9 @@ class NotificationRepository:
     ) -> NotificationRecord:
         """Inserts the row, or raises `DuplicateRequest` with the row already holding its key.
 
-        With `key_check`, one statement also checks that API key (`KeyCheckFailed` when it
-        finds nothing: nothing was written)."""
+        With `key_check`, one statement also checks that API key, and inserts or raises
+        `KeyCheckFailed` (the key is no longer usable, or already used: nothing was written,
+        nothing read)."""
         params = _new_params(new)
         params.update(
             client_id=new.client_id,
@@ -278,13 +288,10 @@ class NotificationRepository:
         )
         if key_check is not None:
             params.update(key_prefix=key_check.prefix, hashed_key=key_check.hashed_key)
-            rows = _fetch_created_raw(QUERIES["notification_create_checked"], params)
-            if not rows:
+            record = _insert_checked(params)
+            if record is None:
                 raise KeyCheckFailed()
-            (found,) = rows
-            if found.created:
-                return found.record
-            raise DuplicateRequest(found.record)
+            return record
         for _ in range(CREATE_ATTEMPTS):
             rows = _fetch_created(QUERIES["notification_create"], params)
             if rows:

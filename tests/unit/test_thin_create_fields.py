@@ -11,6 +11,7 @@ import pytest
 from rest_framework import serializers
 
 from notifications.ingest import BATCH_ITEM_FIELDS, CREATE_FIELDS, create_fields
+from notifications.repositories import QUERIES, RECORD_FIELDS
 from notifications.serializers import BatchItemInput, NotificationCreateInput, notification_request
 from notifyqueue.vocabulary import MAX_BODY_BYTES, RECIPIENT_MAX_LENGTH, Priority
 
@@ -143,3 +144,8 @@ def test_a_single_create_takes_no_idempotency_key_field():
     assert create_fields(item, CREATE_FIELDS) is None
     with pytest.raises(serializers.ValidationError):
         NotificationCreateInput(data=item).is_valid(raise_exception=True)
+
+
+def test_the_checked_create_returns_the_records_columns_in_order():
+    returning = QUERIES["notification_create_checked"].rpartition("RETURNING")[2]
+    assert tuple(column.strip() for column in returning.split(",")) == RECORD_FIELDS
