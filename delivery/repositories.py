@@ -23,11 +23,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError
 
-from notifyqueue.sqlfile import queries_load
+from notifyqueue.sqlgateway import Queries
 
-SQL = queries_load(Path(__file__).with_name("sql") / "queries.sql")
+SQL = Queries(Path(__file__).with_name("sql") / "queries.sql")
 
 log = logging.getLogger("notifyqueue.delivery")
 
@@ -52,6 +52,11 @@ class Claim:
     template: str | None = None
     payload: dict[str, Any] | None = None
     fallback_channels: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # The claim's jsonb array arrives as a list; a claim keeps its fallbacks immutable.
+        if not isinstance(self.fallback_channels, tuple):
+            object.__setattr__(self, "fallback_channels", tuple(self.fallback_channels))
 
 
 @dataclass(frozen=True)
@@ -104,29 +109,36 @@ class SimulatedCall:
     message_id: str | None
 
 
+@dataclass(frozen=True)
+class _SimulatedCallRow:
+    """simulated_messages_call's row: the call, and the key it was counted under."""
+
+    idempotency_key: str
+    calls: int
+    outcome: str | None
+    message_id: str | None
+
+
+@dataclass(frozen=True)
+class _SimulatedAnswer:
+    """A key's final answer (simulated_messages_answer, simulated_messages_get)."""
+
+    idempotency_key: str
+    outcome: str | None
+    message_id: str | None
+
+
 class DeliveryRepository:
     def notification_claim_due(
         self, *, worker: str, limit: int, claim_timeout_s: float
     ) -> list[Claim]:
-        rows = self._fetch(
+        return SQL.rows(
             "notification_claim_due",
+            row=Claim,
             worker=worker,
             limit=limit,
             claim_timeout_s=claim_timeout_s,
         )
-        # Django's cursor hands jsonb back as text (its JSONField decodes it); decode here.
-        return [
-            Claim(
-                *row[:7],
-                json.loads(row[7]),
-                *row[8:11],
-                user_id=row[11],
-                template=row[12],
-                payload=None if row[13] is None else json.loads(row[13]),
-                fallback_channels=tuple(json.loads(row[14])),
-            )
-            for row in rows
-        ]
 
     def notification_finish(self, finishes: list[Finish]) -> list[Finished]:
         """Applies results; returns the rows it changed (a stale token is simply absent).
@@ -161,17 +173,18 @@ class DeliveryRepository:
             f"result {finish.outcome} could not be recorded ({type(exc).__name__}); "
             "dead-lettered so the notification does not wait for its claim to expire"
         )
-        rows = self._fetch(
+        return SQL.rows(
             "notification_finish_unrecordable",
+            row=Finished,
             id=finish.id,
             token=finish.claim_token,
             reason=reason,
         )
-        return [Finished(*row, freed_slot=False) for row in rows]
 
     def _finish(self, finishes: list[Finish]) -> list[Finished]:
-        rows = self._fetch(
+        return SQL.rows(
             "notification_finish",
+            row=Finished,
             ids=[f.id for f in finishes],
             tokens=[f.claim_token for f in finishes],
             statuses=[f.status for f in finishes],
@@ -190,18 +203,16 @@ class DeliveryRepository:
                 for f in finishes
             ],
         )
-        return [Finished(*row) for row in rows]
 
     def notification_reclaim_expired(self, *, limit: int = 1000) -> list[Reclaimed]:
-        return [Reclaimed(*row) for row in self._fetch("notification_reclaim_expired", limit=limit)]
+        return SQL.rows("notification_reclaim_expired", row=Reclaimed, limit=limit)
 
     def notification_next_due_in(self) -> float | None:
         """Seconds until the next waiting row is due by the database's clock (<= 0: now)."""
-        rows = self._fetch("notification_next_due_in")
-        return rows[0][0] if rows else None
+        return SQL.scalar("notification_next_due_in")
 
     def worker_heartbeat(self, *, worker: str, hostname: str, pid: int, delivered: int) -> None:
-        self._execute(
+        SQL.execute(
             "worker_heartbeat_upsert",
             worker=worker,
             hostname=hostname,
@@ -210,7 +221,7 @@ class DeliveryRepository:
         )
 
     def worker_stopped(self, *, worker: str, delivered: int) -> None:
-        self._execute("worker_heartbeat_stop", worker=worker, delivered=delivered)
+        SQL.execute("worker_heartbeat_stop", worker=worker, delivered=delivered)
 
     def simulated_messages_call(
         self,
@@ -225,9 +236,13 @@ class DeliveryRepository:
         unique = {key: (key, channel, recipient) for key, channel, recipient in calls}
         keys, channels, recipients = (list(column) for column in zip(*unique.values(), strict=True))
         counted = {
-            key: SimulatedCall(calls, outcome, message_id)
-            for key, calls, outcome, message_id in self._fetch(
-                "simulated_messages_call", keys=keys, channels=channels, recipients=recipients
+            call.idempotency_key: SimulatedCall(call.calls, call.outcome, call.message_id)
+            for call in SQL.rows(
+                "simulated_messages_call",
+                row=_SimulatedCallRow,
+                keys=keys,
+                channels=channels,
+                recipients=recipients,
             )
         }
         answers = {}
@@ -238,31 +253,23 @@ class DeliveryRepository:
                     answers[key] = (outcome, message_id)
         if answers:
             settled = {
-                key: (outcome, message_id)
-                for key, outcome, message_id in self._fetch(
+                answer.idempotency_key: (answer.outcome, answer.message_id)
+                for answer in SQL.rows(
                     "simulated_messages_answer",
+                    row=_SimulatedAnswer,
                     keys=list(answers),
                     outcomes=[outcome for outcome, _ in answers.values()],
                     message_ids=[message_id for _, message_id in answers.values()],
                 )
             }
             if raced := [key for key in answers if key not in settled]:
-                rows = self._fetch("simulated_messages_get", keys=raced)
-                settled |= {key: (outcome, message_id) for key, outcome, message_id in rows}
+                rows = SQL.rows("simulated_messages_get", row=_SimulatedAnswer, keys=raced)
+                settled |= {
+                    answer.idempotency_key: (answer.outcome, answer.message_id) for answer in rows
+                }
             for key, (outcome, message_id) in settled.items():
                 counted[key] = SimulatedCall(counted[key].calls, outcome, message_id)
         return counted
-
-    @staticmethod
-    def _fetch(name: str, **params: Any) -> list[tuple]:
-        with connection.cursor() as cursor:
-            cursor.execute(SQL[name], params)
-            return cursor.fetchall()
-
-    @staticmethod
-    def _execute(name: str, **params: Any) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(SQL[name], params)
 
 
 def _text(value: str | None) -> str | None:

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from django.db import connection, transaction
+from django.db import transaction
 
-from notifyqueue.sqlfile import queries_load
+from notifyqueue.sqlgateway import Queries
 
-SQL = queries_load(Path(__file__).with_name("sql") / "ratelimits.sql")
+SQL = Queries(Path(__file__).with_name("sql") / "ratelimits.sql")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,14 @@ class AdmissionRequest:
     critical: bool
 
 
+@dataclass(frozen=True)
+class _AdmitManyRow:
+    """ratelimit_admit_many's row: one claimed row, and whether it was admitted."""
+
+    notification_id: uuid.UUID
+    admitted: bool
+
+
 class RateLimitRepository:
     def recipients_admit(
         self, *, claims: list[AdmissionRequest], limit: int, window_s: float
@@ -63,21 +71,19 @@ class RateLimitRepository:
         key's limit when checked: `recipient_admit` it to check again and defer it."""
         if not claims:
             return set()
-        with connection.cursor() as cursor:
-            cursor.execute(
-                SQL["ratelimit_admit_many"],
-                {
-                    "channels": [c.channel for c in claims],
-                    "client_ids": [c.client_id for c in claims],
-                    "recipients": [c.recipient for c in claims],
-                    "ids": [c.notification_id for c in claims],
-                    "claim_tokens": [c.claim_token for c in claims],
-                    "criticals": [c.critical for c in claims],
-                    "limit": limit,
-                    "window_s": window_s,
-                },
-            )
-            return {row[0] for row in cursor.fetchall() if row[1]}
+        rows = SQL.rows(
+            "ratelimit_admit_many",
+            row=_AdmitManyRow,
+            channels=[c.channel for c in claims],
+            client_ids=[c.client_id for c in claims],
+            recipients=[c.recipient for c in claims],
+            ids=[c.notification_id for c in claims],
+            claim_tokens=[c.claim_token for c in claims],
+            criticals=[c.critical for c in claims],
+            limit=limit,
+            window_s=window_s,
+        )
+        return {r.notification_id for r in rows if r.admitted}
 
     def recipient_admit(
         self,
@@ -103,19 +109,15 @@ class RateLimitRepository:
             "limit": limit,
             "window_s": window_s,
         }
-        with connection.cursor() as cursor:
-            cursor.execute(SQL["ratelimit_admit"], params)
-            if cursor.fetchone()[0]:
+        if SQL.scalar("ratelimit_admit", **params):
+            return Admitted()
+        # At the limit. Check again inside a transaction, whose advisory lock then stays held
+        # until the deferral (computed from what is committed now) is written.
+        with transaction.atomic():
+            if SQL.scalar("ratelimit_admit", **params):
                 return Admitted()
-            # At the limit. Check again inside a transaction, whose advisory lock then stays
-            # held until the deferral (computed from what is committed now) is written.
-            with transaction.atomic():
-                cursor.execute(SQL["ratelimit_admit"], params)
-                if cursor.fetchone()[0]:
-                    return Admitted()
-                cursor.execute(SQL["ratelimit_defer"], params)
-                row = cursor.fetchone()
-        return Deferred(row[0]) if row else ClaimLost()
+            deferred = SQL.row("ratelimit_defer", row=Deferred, **params)
+        return deferred if deferred is not None else ClaimLost()
 
     def ratelimit_release_freed(self, freed: list[tuple[str, uuid.UUID, str, uuid.UUID]]) -> None:
         """For each (channel, client, recipient, notification) whose failed attempt freed a
@@ -125,18 +127,13 @@ class RateLimitRepository:
         channels, client_ids, recipients, ids = (
             list(column) for column in zip(*freed, strict=True)
         )
-        with connection.cursor() as cursor:
-            cursor.execute(
-                SQL["ratelimit_release_freed"],
-                {
-                    "channels": channels,
-                    "client_ids": client_ids,
-                    "recipients": recipients,
-                    "ids": ids,
-                },
-            )
+        SQL.execute(
+            "ratelimit_release_freed",
+            channels=channels,
+            client_ids=client_ids,
+            recipients=recipients,
+            ids=ids,
+        )
 
     def ratelimit_prune(self, *, window_s: float, limit: int = 10_000) -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(SQL["ratelimit_prune"], {"window_s": window_s, "limit": limit})
-            return cursor.rowcount
+        return SQL.execute("ratelimit_prune", window_s=window_s, limit=limit)

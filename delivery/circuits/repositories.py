@@ -15,9 +15,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-
-from django.db import connection
 
 from notifyqueue.sqlgateway import Queries
 
@@ -54,45 +51,31 @@ def circuits_list() -> list[CircuitRecord]:
 class CircuitRepository:
     def register(self, *, names: list[str]) -> None:
         """Makes sure each named circuit has a row (CLOSED when new), so all are listed."""
-        self._execute("circuit_register", names=names)
+        SQL.execute("circuit_register", names=names)
 
     def read(self, *, name: str, cooldown_s: float) -> CircuitReading | None:
-        rows = self._fetch("circuit_read", name=name, cooldown_s=cooldown_s)
-        return CircuitReading(*rows[0]) if rows else None
+        return SQL.row("circuit_read", row=CircuitReading, name=name, cooldown_s=cooldown_s)
 
     def probe_take(
         self, *, name: str, cooldown_s: float, probe_timeout_s: float
     ) -> uuid.UUID | None:
         """The probe token if this caller won the probe; None if another caller holds it or
         the cooldown has not passed."""
-        rows = self._fetch(
+        return SQL.scalar(
             "circuit_probe_take",
             name=name,
             cooldown_s=cooldown_s,
             probe_timeout_s=probe_timeout_s,
         )
-        return rows[0][0] if rows else None
 
     def probe_finished(self, *, name: str, token: uuid.UUID, failed: bool) -> bool:
         """Closes (or, when `failed`, reopens) the circuit; False when the token is no longer
         the current probe's (it expired and was taken over)."""
         statement = "circuit_probe_failed" if failed else "circuit_probe_succeeded"
-        return self._execute(statement, name=name, token=token) == 1
+        return SQL.execute(statement, name=name, token=token) == 1
 
     def succeeded(self, *, name: str) -> None:
-        self._execute("circuit_succeeded", name=name)
+        SQL.execute("circuit_succeeded", name=name)
 
     def failed(self, *, name: str, threshold: int) -> None:
-        self._execute("circuit_failed", name=name, threshold=threshold)
-
-    @staticmethod
-    def _fetch(query: str, /, **params: Any) -> list[tuple]:
-        with connection.cursor() as cursor:
-            cursor.execute(SQL[query], params)
-            return cursor.fetchall()
-
-    @staticmethod
-    def _execute(query: str, /, **params: Any) -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(SQL[query], params)
-            return cursor.rowcount
+        SQL.execute("circuit_failed", name=name, threshold=threshold)

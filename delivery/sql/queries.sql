@@ -144,7 +144,7 @@ WITH result AS (
     ON CONFLICT (notification_id) DO NOTHING
 )
 SELECT f.id, f.status, f.channel, f.client_id, f.recipient,
-       EXISTS (SELECT 1 FROM uncounted AS u WHERE u.notification_id = f.id) AS freed
+       EXISTS (SELECT 1 FROM uncounted AS u WHERE u.notification_id = f.id) AS freed_slot
 FROM finished AS f;
 
 -- name: notification_finish_unrecordable
@@ -165,7 +165,8 @@ WITH ended AS (
     SET finished_at = notifyqueue_now(), outcome = 'ABANDONED', error = %(reason)s
     WHERE claim_token = %(token)s AND EXISTS (SELECT 1 FROM ended)
 )
-SELECT id, status, channel, client_id, recipient FROM ended;
+-- freed_slot is false: this statement leaves the attempt's rate-limit slot counted.
+SELECT id, status, channel, client_id, recipient, false AS freed_slot FROM ended;
 
 -- name: notification_reclaim_expired
 -- Returns rows whose claim expired (their worker died or stalled) to PENDING, due now. The

@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from delivery.models import DeliveryAttempt, Outcome
-from delivery.repositories import SQL, DeliveryRepository, Finish
+from delivery.repositories import SQL, Claim, DeliveryRepository, Finish
 from notifications.models import Notification, Status
 from tests.support.clock import DbClock
 from tests.support.factories import ClientFactory, NotificationFactory
@@ -98,6 +98,37 @@ def test_claim_takes_due_rows_in_priority_then_due_then_creation_order():
     DbClock(now)
     claims = repo.notification_claim_due(worker="w", limit=10, claim_timeout_s=30)
     assert [c.id for c in claims] == [critical.id, normal_early.id, normal_late.id, low.id]
+
+
+@pytest.mark.django_db
+def test_claim_carries_each_column_in_its_field_with_json_decoded():
+    notification = NotificationFactory(
+        metadata={"order": "A-17"},
+        user_id="u-1",
+        template="welcome",
+        payload={"name": "Ada"},
+        fallback_channels=["sms", "push"],
+    )
+    [claim] = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
+    notification.refresh_from_db()
+    assert claim == Claim(
+        id=notification.id,
+        claim_token=notification.claim_token,
+        client_id=notification.client_id,
+        channel="email",
+        recipient=notification.recipient,
+        subject="Hello",
+        body="Your code is 123456",
+        metadata={"order": "A-17"},
+        priority=notification.priority,
+        attempt_count=1,
+        max_attempts=6,
+        user_id="u-1",
+        template="welcome",
+        payload={"name": "Ada"},
+        fallback_channels=("sms", "push"),
+    )
+    assert type(claim.fallback_channels) is tuple
 
 
 @pytest.mark.django_db

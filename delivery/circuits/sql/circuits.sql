@@ -13,6 +13,7 @@ SELECT state, consecutive_failures, opened_at, probe_expires_at,
        coalesce((state = 'OPEN'
                  AND opened_at <= notifyqueue_now() - make_interval(secs => %(cooldown_s)s))
                 OR (state = 'HALF_OPEN' AND probe_expires_at <= notifyqueue_now()), false)
+           AS probe_due
 FROM circuit_breaker WHERE name = %(name)s;
 
 -- name: circuit_probe_take
