@@ -3,9 +3,10 @@
 
     .venv/bin/python bench/sql_gateway.py --calls 4000 --rounds 5
 
-Runs three small queries both ways on the configured database (the embedded one unless
-DATABASE_URL is set): through Django's cursor with positional unpacking (and json.loads for
-jsonb), and through the gateway (rows built by name). Times the client process's CPU per call
+Runs three small queries, and a worker claim's rows (100 rows of the claim's 15 columns, built
+from VALUES, not read from the queue), both ways on the configured database (the embedded one
+unless DATABASE_URL is set): through Django's cursor with positional unpacking (and json.loads
+for jsonb), and through the gateway (rows built by name). Times the client process's CPU per call
 (`time.process_time`), so the database's share and the machine's other load count for little.
 Touches no table. Prints its figures; asserts nothing.
 """
@@ -34,6 +35,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
+from delivery.repositories import Claim  # noqa: E402
 from notifyqueue.sqlgateway import Queries  # noqa: E402
 
 SQL = """
@@ -47,6 +49,15 @@ FROM (VALUES ('email:http', 'CLOSED', 0, now()), ('sms:http', 'OPEN', 3, now()))
 
 -- name: settings
 SELECT '{"channels": ["email", "sms"], "quiet": true}'::jsonb AS settings;
+
+-- name: claims
+-- The columns of notification_claim_due, in its order.
+SELECT gen_random_uuid() AS id, gen_random_uuid() AS claim_token, gen_random_uuid() AS client_id,
+       'email' AS channel, 'user' || g || '@example.com' AS recipient, 'Hi' AS subject,
+       'Your code is 123456' AS body, '{"order": "A-17"}'::jsonb AS metadata, 2 AS priority,
+       1 AS attempt_count, 6 AS max_attempts, NULL::text AS user_id, NULL::text AS template,
+       NULL::jsonb AS payload, '["sms"]'::jsonb AS fallback_channels
+FROM generate_series(1, 100) AS g;
 """
 
 
@@ -92,19 +103,38 @@ def main() -> None:
             bare("settings", lambda row: Settings(json.loads(row[0]))),
         ),
         ("1 jsonb row: gateway rows()", lambda: queries.rows("settings", row=Settings)),
+        # As DeliveryRepository.notification_claim_due built its claims before issue 13.
+        (
+            "100 claim rows: cursor, Claim(*row[:7], ...)",
+            bare(
+                "claims",
+                lambda row: Claim(
+                    *row[:7],
+                    json.loads(row[7]),
+                    *row[8:11],
+                    user_id=row[11],
+                    template=row[12],
+                    payload=None if row[13] is None else json.loads(row[13]),
+                    fallback_channels=tuple(json.loads(row[14])),
+                ),
+            ),
+        ),
+        ("100 claim rows: gateway rows()", lambda: queries.rows("claims", row=Claim)),
     ]
     timings: dict[str, list[float]] = {name: [] for name, _ in cases}
     for _ in range(args.rounds):
         for name, run in cases:
             for _ in range(100):
                 run()
+            # A 100-row case runs a tenth as often.
+            calls = args.calls // 10 if name.startswith("100 ") else args.calls
             started = time.process_time()
-            for _ in range(args.calls):
+            for _ in range(calls):
                 run()
-            timings[name].append((time.process_time() - started) / args.calls * 1e6)
+            timings[name].append((time.process_time() - started) / calls * 1e6)
     for name, values in timings.items():
         rounds = ", ".join(f"{value:.0f}" for value in values)
-        print(f"{name:42s} median {statistics.median(values):6.1f} µs CPU/call ({rounds})")
+        print(f"{name:46s} median {statistics.median(values):6.1f} µs CPU/call ({rounds})")
 
 
 if __name__ == "__main__":
