@@ -73,10 +73,14 @@ class RequestCount:
     """Until the window ends and the count starts again."""
 
 
-def client_request_count(*, client_id: uuid.UUID, window_s: float) -> RequestCount:
-    """Counts one request of the client in its current window (clients/sql/clients.sql)."""
+def client_request_count(*, client_id: uuid.UUID, window_s: float, count: int = 1) -> RequestCount:
+    """Counts `count` requests of the client in its current window (clients/sql/clients.sql);
+    `requests` then includes them."""
     with connection.cursor() as cursor:
-        cursor.execute(SQL["client_request_count"], {"client_id": client_id, "window_s": window_s})
+        cursor.execute(
+            SQL["client_request_count"],
+            {"client_id": client_id, "window_s": window_s, "count": count},
+        )
         requests, seconds_left = cursor.fetchone()
     return RequestCount(requests=requests, seconds_left=seconds_left)
 

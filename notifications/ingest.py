@@ -217,7 +217,9 @@ def _when(value: datetime | None) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def notification_representation(record: NotificationRecord) -> dict[str, Any]:
+def notification_representation(
+    record: NotificationRecord, when: Callable[[datetime | None], str | None] = _when
+) -> dict[str, Any]:
     """`NotificationOutput(record).data`, field for field."""
     return {
         "id": str(record.id),
@@ -225,13 +227,13 @@ def notification_representation(record: NotificationRecord) -> dict[str, Any]:
         "channel": record.channel,
         "recipient": record.recipient,
         "priority": Priority(record.priority).name,
-        "send_at": _when(record.send_at),
-        "created_at": _when(record.created_at),
-        "updated_at": _when(record.updated_at),
+        "send_at": when(record.send_at),
+        "created_at": when(record.created_at),
+        "updated_at": when(record.updated_at),
         "attempt_count": record.attempt_count,
         "max_attempts": record.max_attempts,
         "last_error": record.last_error,
-        "sent_at": _when(record.sent_at),
+        "sent_at": when(record.sent_at),
         "idempotency_key": record.idempotency_key,
         "metadata": record.metadata,
         "user_id": record.user_id,
@@ -301,16 +303,18 @@ def create(request: HttpRequest, *, drf_view: View, allow: str) -> HttpResponse:
         return drf_view(request)
     header = request.META.get("HTTP_AUTHORIZATION")
     fields = create_fields(_body(request), CREATE_FIELDS)
+    counted = False
     if fields is not None:
-        answer = _create_checked(header, key, fields, allow)
+        answer, counted = _create_checked(header, key, fields, allow)
         if answer is not None:
             return answer
     caller = usable_key(header)
     if caller is None or fields is None or _critical_refused(caller, fields):
         return drf_view(request)
-    refusal = _throttled(caller, allow)
-    if refusal is not None:
-        return refusal
+    if not counted:
+        refusal = _throttled(caller, allow)
+        if refusal is not None:
+            return refusal
     try:
         result = services.notification_create(
             client_id=caller.client_id,
@@ -325,19 +329,24 @@ def create(request: HttpRequest, *, drf_view: View, allow: str) -> HttpResponse:
 
 def _create_checked(
     header: str | None, key: str, fields: dict[str, Any], allow: str
-) -> HttpResponse | None:
+) -> tuple[HttpResponse | None, bool]:
     """The create in one statement that also checks the API key, for a key this process
-    authenticated before; None for anything but a 201 or 200 (nothing was written, nothing of
-    the client's was read): the caller then goes the long way, which authenticates first.
+    authenticated before: its 201 or 200, or None for anything else (nothing was written,
+    nothing of the client's read), and whether the API throttle counted the request. On None
+    the caller goes the long way, which authenticates first.
 
-    Not with the API throttle on (it counts a request only once the key is checked), nor for
-    CRITICAL (whose permission is checked before the backlog)."""
-    if settings.NOTIFYQUEUE_API_RATE_LIMIT > 0 or fields.get("priority") == Priority.CRITICAL:
-        return None
+    The throttle counts the request before the statement (from the process's reserved block,
+    clients/throttling.py, mostly without a statement); over the limit, the long way answers
+    (a key revoked since must answer 401, not 429). Not for CRITICAL, whose permission is
+    checked before the backlog."""
+    if fields.get("priority") == Priority.CRITICAL:
+        return None, False
     remembered = remembered_key(header)
     if remembered is None:
-        return None
+        return None, False
     prefix, row = remembered
+    if request_refused(row.client_id) is not None:
+        return None, False
     try:
         result = services.notification_create(
             client_id=row.client_id,
@@ -348,9 +357,9 @@ def _create_checked(
         )
     except KeyCheckFailed:
         forget_key(prefix)
-        return None
+        return None, True
     except DomainError:
-        return None
+        return None, True
     except psycopg.OperationalError:
         # A persistent connection the server closed since the last request (what Django's
         # per-request health check finds, which this statement skips). Nothing can have been
@@ -358,8 +367,8 @@ def _create_checked(
         if connection.in_atomic_block:
             raise
         connection.close()
-        return None
-    return _created(result, allow)
+        return None, True
+    return _created(result, allow), True
 
 
 def _created(result: services.CreateResult, allow: str) -> HttpResponse:
@@ -418,14 +427,26 @@ def batch(
 
 
 def batch_results(outcomes: list[services.BatchOutcome]) -> list[dict[str, Any]]:
-    """`BatchOutput`'s results: each item's status, and its notification or its error."""
+    """`BatchOutput`'s results: each item's status, and its notification or its error. The
+    rows of one batch share their creation time (and mostly their send time): each distinct
+    time is formatted once."""
+    formatted: dict[datetime, str | None] = {}
+
+    def when(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        text = formatted.get(value)
+        if text is None:
+            text = formatted[value] = _when(value)
+        return text
+
     results = []
     for outcome in outcomes:
         if outcome.error is None:
             results.append(
                 {
                     "status": outcome.http_status,
-                    "notification": notification_representation(outcome.notification),
+                    "notification": notification_representation(outcome.notification, when),
                 }
             )
         else:

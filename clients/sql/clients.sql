@@ -1,17 +1,20 @@
 -- name: client_request_count
--- Counts one API request in the client's current fixed window and answers the window's count
--- and the seconds left in it. Windows are aligned on the database clock, so every API process
--- agrees on them; a request in a new window starts the count again at 1. One row per client:
--- the cost never grows with traffic or history.
+-- Counts `count` API requests (1, or a block a process reserves, clients/throttling.py) in the
+-- client's current fixed window and answers the window's count and the seconds left in it.
+-- Windows are aligned on the database clock, so every API process agrees on them; a request
+-- in a new window starts the count again. One row per client: the cost never grows with
+-- traffic or history.
 INSERT INTO clients_request_window AS w (client_id, window_start, requests)
 VALUES (
     %(client_id)s,
     date_bin(make_interval(secs => %(window_s)s), notifyqueue_now(), TIMESTAMPTZ '2000-01-01'),
-    1
+    %(count)s
 )
 ON CONFLICT (client_id) DO UPDATE
 SET window_start = EXCLUDED.window_start,
-    requests = CASE WHEN w.window_start = EXCLUDED.window_start THEN w.requests + 1 ELSE 1 END
+    requests = CASE WHEN w.window_start = EXCLUDED.window_start
+                    THEN w.requests + EXCLUDED.requests
+                    ELSE EXCLUDED.requests END
 RETURNING
     requests,
     EXTRACT(EPOCH FROM window_start + make_interval(secs => %(window_s)s) - notifyqueue_now())

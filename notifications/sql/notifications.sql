@@ -85,11 +85,23 @@ WITH clock AS (
      -- the same keys wait for each other instead of deadlocking.
      ORDER BY i.idempotency_key
     ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
-    RETURNING *
+    RETURNING notification.*
 )
-SELECT true AS created, new.* FROM new
+-- NotificationRecord's columns, in its order (read by position).
+SELECT true AS created,
+       new.id, new.client_id, new.idempotency_key, new.request_fingerprint, new.status,
+       new.channel, new.recipient, new.subject, new.body, new.priority, new.metadata,
+       new.user_id, new.template, new.payload, new.fallback_channels, new.send_at, new.due_at,
+       new.attempt_count, new.max_attempts, new.last_error, new.sent_at, new.operator_retries,
+       new.created_at, new.updated_at, new.last_retried_at, new.last_retried_by
+  FROM new
 UNION ALL
-SELECT false AS created, n.*
+SELECT false AS created,
+       n.id, n.client_id, n.idempotency_key, n.request_fingerprint, n.status,
+       n.channel, n.recipient, n.subject, n.body, n.priority, n.metadata,
+       n.user_id, n.template, n.payload, n.fallback_channels, n.send_at, n.due_at,
+       n.attempt_count, n.max_attempts, n.last_error, n.sent_at, n.operator_retries,
+       n.created_at, n.updated_at, n.last_retried_at, n.last_retried_by
   FROM item AS i
   JOIN notification AS n
     ON n.client_id = %(client_id)s

@@ -10,6 +10,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from clients.models import ClientRequestWindow
+from clients.throttling import RequestBudget, block_size
 from tests.support.clock import DbClock
 
 URL = "/api/v1/notifications"
@@ -105,3 +106,33 @@ def test_requests_served_on_other_connections_share_one_count(limited, acme):
         worker.start()
         worker.join()
     assert answers == [200, 200, 200, 429]
+
+
+@pytest.mark.django_db
+def test_at_a_large_limit_a_process_reserves_requests_in_blocks(settings, api, acme):
+    settings.NOTIFYQUEUE_API_RATE_LIMIT = 60_000
+    assert block_size(60_000) == 58
+    assert all(api.get(URL).status_code == 200 for _ in range(10))
+    # One statement reserved 58; the next nine came from that block, without a statement.
+    assert ClientRequestWindow.objects.get(client=acme[0]).requests == 58
+
+
+@pytest.mark.django_db
+def test_blocks_of_several_processes_never_admit_more_than_the_limit(acme):
+    """Three processes (each its own RequestBudget, as each gunicorn process has one) share
+    the client's count in PostgreSQL: at most the limit is admitted, and refusals start no
+    earlier than limit - processes x (block - 1)."""
+    limit, block = 100, 8
+    processes = [RequestBudget(block=lambda _limit: block) for _ in range(3)]
+    admitted = 0
+    first_refusal_after = None
+    for n in range(200):
+        wait = processes[(n * 7) % 3].refused(acme[0].id, limit=limit, window_s=3600)
+        if wait is None:
+            admitted += 1
+        else:
+            assert 0 < wait <= 3600
+            if first_refusal_after is None:
+                first_refusal_after = admitted
+    assert admitted <= limit
+    assert first_refusal_after >= limit - len(processes) * (block - 1)
