@@ -103,9 +103,16 @@ SELECT false AS created,
        n.attempt_count, n.max_attempts, n.last_error, n.sent_at, n.operator_retries,
        n.created_at, n.updated_at, n.last_retried_at, n.last_retried_by
   FROM item AS i
-  JOIN notification AS n
-    ON n.client_id = %(client_id)s
-   AND n.idempotency_key = i.idempotency_key
+ -- One look-up by the unique (client_id, idempotency_key) index per item (LIMIT keeps the
+ -- planner from turning it into a join, which read every row of the client: a cost that
+ -- grew with its backlog).
+ CROSS JOIN LATERAL (
+    SELECT *
+      FROM notification AS held
+     WHERE held.client_id = %(client_id)s
+       AND held.idempotency_key = i.idempotency_key
+     LIMIT 1
+ ) AS n
  WHERE NOT EXISTS (SELECT 1 FROM new WHERE new.idempotency_key = i.idempotency_key);
 
 -- name: notification_by_key
