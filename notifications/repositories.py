@@ -245,7 +245,9 @@ def _insert_checked(params: dict[str, Any]) -> NotificationRecord | None:
     connection.ensure_connection()
     try:
         with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(QUERIES["notification_create_checked"], params, prepare=False)
+            cursor.execute(
+                QUERIES["notification_create_checked"], params, prepare=False, binary=True
+            )
             row = cursor.fetchone()
     except psycopg.IntegrityError as exc:
         raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
@@ -254,12 +256,15 @@ def _insert_checked(params: dict[str, Any]) -> NotificationRecord | None:
 
 def _fetch_created_in_order(sql: str, params: dict[str, Any]) -> list[Inserted]:
     """Rows of a create statement that answers `created` then NotificationRecord's columns in
-    order: read by position, without a dict per row."""
+    order: read by position, in PostgreSQL's binary format (timestamps and JSON decoded in C,
+    about half the cost per row of the text format), on a psycopg cursor of Django's
+    connection (see `_insert_checked`)."""
+    connection.ensure_connection()
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(sql, params, prepare=False, binary=True)
             return [Inserted(record=_record_from_tuple(row[1:]), created=row[0]) for row in cursor]
-    except IntegrityError as exc:
+    except psycopg.IntegrityError as exc:
         # Only a check constraint can fail here: the key conflict is absorbed by ON CONFLICT.
         raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
 

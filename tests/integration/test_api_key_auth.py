@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-import re
-import tempfile
 from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.utils import timezone
-from psycopg import pq
 from rest_framework.test import APIClient
 
 from clients import authentication
 from clients.models import ClientAPIKey
 from notifications.models import Notification
+from tests.support.statements import statements_sent
 
 pytestmark = pytest.mark.django_db
 
@@ -55,30 +52,6 @@ def test_expiry_is_decided_by_the_database_clock(api, acme):
     response = create(api, "k-2")
     assert response.status_code == 401
     assert response.json()["error"]["message"] == "This API key has expired."
-
-
-@contextlib.contextmanager
-def statements_sent():
-    """The SQL of every statement sent on Django's connection meanwhile, as PostgreSQL's
-    client library logs the protocol (PQtrace): what Django's query log would miss, statements
-    sent on a psycopg cursor of the same connection included."""
-    connection.ensure_connection()
-    pgconn = connection.connection.pgconn
-    sent: list[str] = []
-    with tempfile.TemporaryFile() as trace:
-        pgconn.trace(trace.fileno())
-        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
-        try:
-            yield sent
-        finally:
-            pgconn.untrace()
-        trace.seek(0)
-        text = trace.read().decode(errors="replace")
-    # One message per "F|B <tab> length <tab> type" line; a statement's text spans lines.
-    messages = list(re.finditer(r"^([FB])\t\d+\t(\w+)", text, re.MULTILINE))
-    for message, following in zip(messages, [*messages[1:], None], strict=True):
-        if message[1] == "F" and message[2] in ("Query", "Parse"):
-            sent.append(text[message.end() : following.start() if following else None])
 
 
 def test_a_create_is_one_statement_once_its_key_is_known(api, settings):

@@ -22,6 +22,7 @@ from notifications.repositories import (
     NotificationRepository,
 )
 from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.statements import statements_sent
 
 repository = NotificationRepository()
 
@@ -114,9 +115,9 @@ def test_insert_many_is_one_statement_with_an_answer_per_item_in_order():
     old = repository.insert(new=new_notification(client.id, key="old"))
     batch = [new_notification(client.id, key=f"n-{n}", body=f"B{n}") for n in range(50)]
     batch.insert(10, new_notification(client.id, key="old", body="changed"))
-    with CaptureQueriesContext(connection) as captured:
+    with statements_sent() as sent:
         results = repository.insert_many(client_id=client.id, new=batch)
-    assert len(captured.captured_queries) == 1
+    assert len(sent) == 1, sent
     assert [r.record.idempotency_key for r in results] == [n.idempotency_key for n in batch]
     assert [r.created for r in results] == [True] * 10 + [False] + [True] * 40
     assert results[10].record == old
@@ -128,9 +129,9 @@ def test_insert_many_is_one_statement_with_an_answer_per_item_in_order():
 @pytest.mark.django_db
 def test_insert_many_of_nothing_runs_no_statement():
     client = ClientFactory()
-    with CaptureQueriesContext(connection) as captured:
+    with statements_sent() as sent:
         assert repository.insert_many(client_id=client.id, new=[]) == []
-    assert captured.captured_queries == []
+    assert sent == []
 
 
 @pytest.mark.django_db
