@@ -353,6 +353,62 @@ def peer_run(server: Server, command: str, system: str, *args: str, timeout: flo
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds each process used so far (Linux /proc); gone ones left out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            used[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+class CpuMeter:
+    """CPU used by the API's gunicorn processes and by the PostgreSQL backends connected to
+    our database, between `start` and `stop`: what a create costs, whatever else the machine
+    runs (its other processes slow the figures, not these)."""
+
+    def __init__(self, server: Server, api: Api) -> None:
+        self.server, self.api = server, api
+
+    def _pids(self) -> tuple[list[int], list[int]]:
+        assert self.api.process is not None
+        with self.server.connect(DATABASES["ours"]) as conn:
+            backends = [
+                pid
+                for (pid,) in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> "
+                    "pg_backend_pid()",
+                    (DATABASES["ours"],),
+                )
+            ]
+        return [self.api.process.pid, *children(self.api.process.pid)], backends
+
+    def start(self) -> None:
+        api, database = self._pids()
+        self.before = (cpu_seconds(api), cpu_seconds(database))
+
+    def stop(self, count: int) -> str:
+        """'API x ms, PostgreSQL y ms' of CPU per one of `count` items since `start`."""
+        api, database = self._pids()
+        spent = []
+        for before, now in zip(self.before, (cpu_seconds(api), cpu_seconds(database)), strict=True):
+            spent.append(sum(used - before.get(pid, 0.0) for pid, used in now.items()))
+        per = [1000 * s / max(count, 1) for s in spent]
+        return f"API {per[0]:.2f} ms, PostgreSQL {per[1]:.2f} ms"
+
+
 class Api:
     """gunicorn serving the project, with several workers x threads."""
 
@@ -647,8 +703,11 @@ def batch_body(prefix: str, size: int) -> bytes:
     return json.dumps({"notifications": items}).encode()
 
 
-def http_batch(config: Config, api_key: str, prefix: str, size: int = 1000) -> tuple[float, int]:
-    """1,000-item batches from `batch_connections` keep-alive connections for `seconds`."""
+def http_batch(
+    config: Config, api_key: str, prefix: str, size: int = 1000
+) -> tuple[float, int, int]:
+    """1,000-item batches from `batch_connections` keep-alive connections for `seconds`;
+    returns (201s per second, other answers, 201s)."""
     deadline = time.monotonic() + config.seconds
     created, refused = Counter(), Counter()
 
@@ -679,7 +738,8 @@ def http_batch(config: Config, api_key: str, prefix: str, size: int = 1000) -> t
         t.start()
     for t in threads:
         t.join()
-    return sum(created.values()) / (time.monotonic() - started), sum(refused.values())
+    total = sum(created.values())
+    return total / (time.monotonic() - started), sum(refused.values()), total
 
 
 class Provider:
@@ -818,8 +878,15 @@ class Bench:
         self.server = server_find(config)
         self.checks: list[str] = []
         self.problems: list[str] = []
+        # CPU per created notification, by figure key, one per repeat (CpuMeter).
+        self.cpu: dict[str, list[str]] = {}
+        self.api: Api | None = None
         # The fairness run's clients, made on first use: the flooder, then the quiet ones.
         self.fair_rows: list[Rows] = []
+
+    def cpu_note(self, key: str, note: str) -> None:
+        self.cpu.setdefault(key, []).append(note)
+        log(f"  CPU per create: {note}")
 
     def figure(self, key: str, name: str, unit: str, **kwargs) -> Figure:
         if key not in self.figures:
@@ -856,7 +923,7 @@ class Bench:
         self.setup()
         started = time.monotonic()
         if c.sections & {"ingest", "batch"}:
-            with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0"):
+            with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0") as self.api:
                 for r in range(c.repeats):
                     if "ingest" in c.sections:
                         self.ingest_single(r)
@@ -865,7 +932,7 @@ class Bench:
                 if "ingest" in c.sections:
                     self.ingest_backlog()
             if "ingest" in c.sections:
-                with Api(c, self.server, self.api_key):
+                with Api(c, self.server, self.api_key) as self.api:
                     for r in range(c.repeats):
                         self.ingest_single(r, throttle=True)
             self.rows.delete_except(())
@@ -895,9 +962,12 @@ class Bench:
         )
         f = self.figure(key, name, "creates/s")
         self.rows.delete_except(())
+        meter = CpuMeter(self.server, self.api)
+        meter.start()
         rate, other = wrk_single(
             c, self.api_key, f"s{r}{'t' if throttle else ''}-{uuid.uuid4().hex[:6]}"
         )
+        self.cpu_note(key, meter.stop(round(rate * c.seconds)))
         f.ours.append(rate)
         if other:
             f.note = f"{other} answers were not 201 (throttle 429s or errors)"
@@ -935,7 +1005,10 @@ class Bench:
             "creates/s",
         )
         for r in range(c.repeats):
+            meter = CpuMeter(self.server, self.api)
+            meter.start()
             rate, _ = wrk_single(c, self.api_key, f"b{r}-{uuid.uuid4().hex[:6]}")
+            self.cpu_note("single-backlog", meter.stop(round(rate * c.seconds)))
             f.ours.append(rate)
             log(f"{f.name}: {rate:,.0f}/s")
             for system in PEERS:
@@ -961,7 +1034,10 @@ class Bench:
             "creates/s",
         )
         self.rows.delete_except(())
-        rate, refused = http_batch(c, self.api_key, f"B{r}-{uuid.uuid4().hex[:6]}")
+        meter = CpuMeter(self.server, self.api)
+        meter.start()
+        rate, refused, total = http_batch(c, self.api_key, f"B{r}-{uuid.uuid4().hex[:6]}")
+        self.cpu_note("batch", meter.stop(total))
         f.ours.append(rate)
         if refused:
             f.note = f"{refused} items were not 201"
@@ -1340,6 +1416,8 @@ class Bench:
         )
         table_print(self.figures)
         print()
+        for key, notes in self.cpu.items():
+            print(f"cpu: [{key}] per create, each repeat: {'; '.join(notes)}")
         for line in self.checks:
             print(f"check: {line}")
         if self.problems:
