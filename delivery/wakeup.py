@@ -1,8 +1,8 @@
 """The worker's wake-up: a LISTEN connection on its own thread.
 
 A trigger sends `NOTIFY notifyqueue_due` when a notification is inserted or put back to
-PENDING (migration delivery 0002). The listener sets the worker's wake event for each one, so
-an idle worker claims at once instead of at its next poll. It is the only session state the
+PENDING (migration delivery 0002). The listener tells the worker of each one, so an idle
+worker claims at once instead of at its next poll. It is the only session state the
 worker relies on, so it has its own direct connection (NOTIFYQUEUE_LISTEN_DATABASE_URL when
 the others go through a transaction-pooling PgBouncer, where LISTEN does not work); if that
 connection fails, the worker falls back to polling until it is back.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import psycopg
 from django.conf import settings
@@ -23,8 +24,8 @@ WAKEUP_CHANNEL = "notifyqueue_due"
 
 
 class WakeupListener:
-    def __init__(self, wake: threading.Event, *, retry_s: float) -> None:
-        self._wake = wake
+    def __init__(self, notify: Callable[[], None], *, retry_s: float) -> None:
+        self._notify = notify
         self._retry_s = retry_s
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wakeup-listener", daemon=True)
@@ -46,10 +47,10 @@ class WakeupListener:
                     if lost:
                         log.warning("wake-up listener reconnected")
                         lost = False
-                    self._wake.set()  # whatever was inserted while it was away
+                    self._notify()  # whatever was inserted while it was away
                 # Half-second slices, so close() never waits long.
                 for _ in conn.notifies(timeout=0.5):
-                    self._wake.set()
+                    self._notify()
             except psycopg.Error:
                 if not lost:
                     log.warning("wake-up listener lost its connection; polling until it is back")

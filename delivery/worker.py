@@ -18,8 +18,8 @@ CRITICAL created now is the next row claimed, and no claim's timer runs out in a
 Every decision about time is the database's (see notifyqueue_now()); the worker's own clock
 only measures how long it has held a claim (time.monotonic()).
 
-Logging: one INFO line per step that claimed or recorded anything (counts by outcome), one
-DEBUG line per attempt, and a WARNING for what an operator should look at.
+Logging: one INFO summary line at most every second while there is work (claims and outcomes
+counted), one DEBUG line per attempt, and a WARNING for what an operator should look at.
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
 from ratelimits.services import RateLimit, recipients_admit
 
 log = logging.getLogger("notifyqueue.delivery")
+
+# The most often a worker writes its INFO summary line.
+LOG_SUMMARY_S = 1.0
 
 
 def worker_id_new() -> str:
@@ -107,11 +110,19 @@ class Worker:
         self.delivered = 0
         # Results not yet recorded: this step's, or an earlier step's the database refused.
         self._finishes: list[Finish] = []
-        self._step_counts: Counter[str] = Counter()
+        # Claims and outcomes since the last summary line (LOG_SUMMARY_S).
+        self._counts: Counter[str] = Counter()
+        self._summary_at = time.monotonic()
         self._next_maintenance = 0.0
         self._stopping = threading.Event()
         # Set by a provider's answer, a NOTIFY and stop(): whatever the idle loop waits for.
         self._wake = threading.Event()
+        # The loop's claims: `_dry` once a claim came back short (nothing more is due), until
+        # a NOTIFY (`_notified`) or the next row's due time (`_due_check_at`) says otherwise;
+        # meanwhile steps only record answers, without a claim statement each.
+        self._notified = threading.Event()
+        self._dry = False
+        self._due_check_at = 0.0
         self._sends = Sends(config.concurrency, self._wake)
         # With only batch providers nothing is left in flight after a step, so a claim may
         # take a whole batch whatever the number of send threads.
@@ -119,15 +130,16 @@ class Worker:
 
     # --- one step -------------------------------------------------------------------------
 
-    def run_once(self, *, wait_s: float = 0.0) -> StepResult:
+    def run_once(self, *, wait_s: float = 0.0, claim: bool = True) -> StepResult:
         """Collects the answers that are in (waiting up to `wait_s` for one), claims as many
         rows as there are free delivery slots (at most batch_size) unless the worker is
-        stopping, starts them, and records every result of the step in one statement."""
+        stopping (or `claim` is false), starts them, and records every result of the step in
+        one statement."""
         for sent in self._sends.collect(wait_s):
             self._finishes.append(self._settle(sent))
         claimed = 0
         free = min(self.config.batch_size, self._sends.free if not self._all_batch else math.inf)
-        if not self._stopping.is_set() and free > 0:
+        if claim and not self._stopping.is_set() and free > 0:
             claimed_at = time.monotonic()
             claims = self.repository.notification_claim_due(
                 worker=self.worker_id,
@@ -138,8 +150,10 @@ class Worker:
                 start_by = claimed_at + self.config.claim_timeout_s - self.config.send_timeout_s
                 self._start(claims, start_by=start_by)
             claimed = len(claims)
+            self._dry = claimed < free
         finished = self._record()
-        self._log_step(claimed)
+        self._counts["claimed"] += claimed
+        self._log_summary()
         return StepResult(claimed=claimed, finished=finished, in_flight=self._sends.outstanding)
 
     def reclaim_expired(self) -> int:
@@ -166,6 +180,11 @@ class Worker:
 
     # --- the loop -------------------------------------------------------------------------
 
+    def _notify(self) -> None:
+        """A row may have become due (a NOTIFY, or the listener's (re)connection)."""
+        self._notified.set()
+        self._wake.set()
+
     def stop(self) -> None:
         """Asks the loop to stop claiming; safe to call from a signal handler."""
         self._stopping.set()
@@ -175,7 +194,7 @@ class Worker:
         """Runs until `stop()` (or, with `until_empty`, until nothing is due or in flight);
         then finishes in-flight deliveries, records them and returns. A lost database
         connection is logged and retried, never fatal."""
-        listener = WakeupListener(self._wake, retry_s=self.config.poll_interval_s)
+        listener = WakeupListener(self._notify, retry_s=self.config.poll_interval_s)
         listener.start()
         self._next_maintenance = 0.0
         try:
@@ -200,17 +219,29 @@ class Worker:
         """One turn of the loop; False once `until_empty` finds nothing left to do."""
         if time.monotonic() >= self._next_maintenance:
             self.heartbeat()
-            self.reclaim_expired()
+            if self.reclaim_expired():
+                self._dry = False
             self._next_maintenance = time.monotonic() + self.config.heartbeat_s
         self._wake.clear()  # a wake-up from now on ends the wait below at once
-        step = self.run_once()
-        if step.claimed or step.finished:
+        # Claim unless the last claim found nothing more and nothing may have become due
+        # since (a NOTIFY, the next row's due time).
+        claim = not self._dry or self._notified.is_set() or time.monotonic() >= self._due_check_at
+        if claim:
+            self._notified.clear()
+        step = self.run_once(claim=claim)
+        if claim and self._dry:
+            self._due_check_at = time.monotonic() + self._idle_wait_s()
+        if not self._dry and step.claimed:
+            return True  # the claim was full: more may be due
+        if until_empty and self._dry and not step.in_flight and not self._finishes:
+            if not self.reclaim_expired():
+                return False
+            self._dry = False
             return True
-        if until_empty and not step.in_flight and not self._finishes:
-            return bool(self.reclaim_expired())
-        # Every slot busy: only an answer (or stop) can give the loop work.
-        wait_s = self._idle_wait_s() if self._sends.free > 0 else self.config.heartbeat_s
-        self._wake.wait(min(wait_s, max(0.0, self._next_maintenance - time.monotonic())))
+        until = self._next_maintenance
+        if self._dry and self._sends.free > 0:
+            until = min(until, self._due_check_at)
+        self._wake.wait(max(0.0, until - time.monotonic()))
         return True
 
     def _idle_wait_s(self) -> float:
@@ -228,6 +259,7 @@ class Worker:
                     self._finishes.append(self._settle(sent))
                 self._record()
             self.repository.worker_stopped(worker=self.worker_id, delivered=self.delivered)
+            self._log_summary(force=True)
         except DatabaseError:
             # The claims stay PROCESSING until they expire; another worker then re-sends them
             # with the same idempotency keys, so nothing is lost or sent twice.
@@ -319,7 +351,7 @@ class Worker:
             if isinstance(admission, Admitted):
                 admitted.append(claim)
             elif isinstance(admission, Deferred):
-                self._step_counts["RATE_LIMITED"] += 1
+                self._counts["RATE_LIMITED"] += 1
                 metrics.rate_limit_deferred(channel=claim.channel)
                 log.debug(
                     "rate limited notification=%s client=%s channel=%s attempt=%d "
@@ -406,7 +438,7 @@ class Worker:
             log.exception("result metrics not updated")
         for finish in finishes:
             if finish.id in applied:
-                self._step_counts[finish.outcome] += 1
+                self._counts[finish.outcome] += 1
             else:
                 log.warning(
                     "stale result ignored notification=%s outcome=%s worker=%s "
@@ -429,16 +461,23 @@ class Worker:
                 # Only an optimisation: the held rows still go at their scheduled slots.
                 log.exception("freed rate-limit slots not passed on worker=%s", self.worker_id)
 
-    def _log_step(self, claimed: int) -> None:
-        counts, self._step_counts = self._step_counts, Counter()
-        if claimed or counts:
-            log.info(
-                "step claimed=%d %s in_flight=%d worker=%s",
-                claimed,
-                " ".join(f"{outcome.lower()}={n}" for outcome, n in sorted(counts.items())),
-                self._sends.outstanding,
-                self.worker_id,
-            )
+    def _log_summary(self, *, force: bool = False) -> None:
+        """One INFO line for what the worker claimed and recorded since the last one, at most
+        every LOG_SUMMARY_S: a busy worker's log grows with time, not with its messages or
+        its steps."""
+        now = time.monotonic()
+        if not (force or now - self._summary_at >= LOG_SUMMARY_S) or not self._counts:
+            return
+        counts, self._counts = self._counts, Counter()
+        log.info(
+            "delivery claimed=%d %s in_flight=%d seconds=%.1f worker=%s",
+            counts.pop("claimed", 0),
+            " ".join(f"{outcome.lower()}={n}" for outcome, n in sorted(counts.items())),
+            self._sends.outstanding,
+            now - self._summary_at,
+            self.worker_id,
+        )
+        self._summary_at = now
 
 
 def _batch_send(provider: BatchProvider, claims: list[Claim]) -> list[ProviderResult]:

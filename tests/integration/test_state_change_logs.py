@@ -114,3 +114,33 @@ def test_log_format_json_setting_switches_the_console_handler():
     )
     entry = json.loads(done.stderr.strip().splitlines()[-1])
     assert (entry["notification"], entry["attempt"]) == ("n1", 3)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_busy_worker_logs_a_summary_a_second_and_each_attempt_only_at_debug(caplog):
+    """300 deliveries: at INFO, summary lines (at most one a second, plus the last) whose
+    counts add up to every claim and send; at DEBUG, one line per attempt naming it."""
+    import re
+    import time
+
+    from tests.support.delivery_helpers import worker_build
+    from tests.support.factories import ClientFactory
+
+    NotificationFactory.create_batch(300, client=ClientFactory())
+    worker = worker_build(concurrency=4, batch_size=50)
+    caplog.set_level(logging.DEBUG, logger="notifyqueue.delivery")
+    started = time.monotonic()
+    worker.run(until_empty=True)
+    elapsed = time.monotonic() - started
+
+    records = [r for r in caplog.records if r.name == "notifyqueue.delivery"]
+    summaries = [r.getMessage() for r in records if r.levelno == logging.INFO]
+    assert summaries and all(line.startswith("delivery claimed=") for line in summaries)
+    assert len(summaries) <= elapsed + 2
+
+    def total(key: str) -> int:
+        return sum(int(m.group(1)) for s in summaries if (m := re.search(rf"{key}=(\d+)", s)))
+
+    assert (total("claimed"), total("sent")) == (300, 300)
+    attempts = [r.getMessage() for r in records if r.levelno == logging.DEBUG]
+    assert sum(line.startswith("attempt finished notification=") for line in attempts) == 300
