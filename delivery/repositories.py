@@ -230,11 +230,14 @@ class DeliveryRepository:
     ) -> dict[str, SimulatedCall]:
         """Records calls to the simulated provider, one (key, channel, recipient) each: a key
         with a final answer gets it again; otherwise `decide(calls, recipient)` answers, and a
-        final answer is settled once. Two statements for the whole batch (three when another
-        worker settled a key meanwhile): autocommit, keys in one order, and the guarded
-        UPDATE makes a race harmless. A key repeated in `calls` is one call."""
+        final answer is settled once. A key seen for the first time is inserted with its first
+        call's answer, so the common case is one statement for the whole batch; keys called
+        before without a final answer take a second (a third when another worker settled one
+        meanwhile): autocommit, keys in one order, and the guarded UPDATE makes a race
+        harmless. A key repeated in `calls` is one call."""
         unique = {key: (key, channel, recipient) for key, channel, recipient in calls}
         keys, channels, recipients = (list(column) for column in zip(*unique.values(), strict=True))
+        first = [decide(1, recipient) for recipient in recipients]
         counted = {
             call.idempotency_key: SimulatedCall(call.calls, call.outcome, call.message_id)
             for call in SQL.rows(
@@ -243,11 +246,13 @@ class DeliveryRepository:
                 keys=keys,
                 channels=channels,
                 recipients=recipients,
+                outcomes=[outcome for outcome, _ in first],
+                message_ids=[message_id for _, message_id in first],
             )
         }
         answers = {}
         for key, call in counted.items():
-            if call.outcome is None:
+            if call.outcome is None and call.calls > 1:
                 outcome, message_id = decide(call.calls, unique[key][2])
                 if outcome is not None:
                     answers[key] = (outcome, message_id)

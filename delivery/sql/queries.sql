@@ -231,13 +231,17 @@ WHERE worker_id = %(worker)s;
 
 -- name: simulated_messages_call
 -- Counts a call to the simulated provider for each key; returns the call number and any final
--- answer. Keys are inserted in sorted order, so two workers sending overlapping keys (a claim
--- taken over) lock them in the same order.
+-- answer. A new key is inserted with the answer its first call gets (outcome NULL: it failed
+-- temporarily), so a first call is settled in this statement. Keys are inserted in sorted
+-- order, so two workers sending overlapping keys (a claim taken over) lock them in the same
+-- order; the one that inserts a key decides its first answer, the other counts a second call.
 INSERT INTO simulated_provider_message AS m (idempotency_key, channel, recipient, calls, sends,
-                                             first_call_at, last_call_at)
-SELECT c.key, c.channel, c.recipient, 1, 0, notifyqueue_now(), notifyqueue_now()
-FROM unnest(%(keys)s::text[], %(channels)s::text[], %(recipients)s::text[])
-     AS c(key, channel, recipient)
+                                             outcome, message_id, first_call_at, last_call_at)
+SELECT c.key, c.channel, c.recipient, 1, CASE WHEN c.outcome = 'ACCEPTED' THEN 1 ELSE 0 END,
+       c.outcome, c.message_id, notifyqueue_now(), notifyqueue_now()
+FROM unnest(%(keys)s::text[], %(channels)s::text[], %(recipients)s::text[],
+            %(outcomes)s::text[], %(message_ids)s::text[])
+     AS c(key, channel, recipient, outcome, message_id)
 ORDER BY c.key
 ON CONFLICT (idempotency_key) DO UPDATE
 SET calls = m.calls + 1, last_call_at = excluded.last_call_at

@@ -373,22 +373,28 @@ def test_simulated_provider_answers_a_known_key_as_before_without_sending_again(
 @pytest.mark.django_db
 def test_simulated_call_whose_key_another_worker_settled_meanwhile_gets_that_answer():
     """The answer is settled once: a key settled between this call's count and its answer
-    (another worker's call, here written in `decide`) comes back with the answer it got."""
+    (another worker's call, here written in `decide`) comes back with the answer it got. The
+    key failed temporarily before, so this second call is decided after it is counted."""
     from delivery.models import SimulatedProviderMessage
     from delivery.repositories import DeliveryRepository, SimulatedCall
 
+    DeliveryRepository().simulated_messages_call(
+        [("k-raced", "email", "ada@example.com")], lambda calls, recipient: (None, None)
+    )
+
     def decide(calls: int, recipient: str) -> tuple[str | None, str | None]:
-        SimulatedProviderMessage.objects.filter(idempotency_key="k-raced").update(
-            outcome="ACCEPTED", message_id="other-worker", sends=1
-        )
+        if calls > 1:
+            SimulatedProviderMessage.objects.filter(idempotency_key="k-raced").update(
+                outcome="ACCEPTED", message_id="other-worker", sends=1
+            )
         return "ACCEPTED", "this-worker"
 
     calls = [("k-raced", "email", "ada@example.com"), ("k-raced", "email", "ada@example.com")]
     answered = DeliveryRepository().simulated_messages_call(calls, decide)
 
-    assert answered == {"k-raced": SimulatedCall(1, "ACCEPTED", "other-worker")}
+    assert answered == {"k-raced": SimulatedCall(2, "ACCEPTED", "other-worker")}
     record = SimulatedProviderMessage.objects.get(idempotency_key="k-raced")
-    assert (record.calls, record.sends, record.message_id) == (1, 1, "other-worker")
+    assert (record.calls, record.sends, record.message_id) == (2, 1, "other-worker")
 
 
 @pytest.mark.django_db
