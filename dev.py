@@ -9,8 +9,9 @@
 Needs only Python 3.11+ and pip: it creates `.venv/`, installs the project into it, and (when
 DATABASE_URL is unset) starts the embedded PostgreSQL under `.notifyqueue/`, passes it to
 every process it starts (with the development switch NOTIFYQUEUE_DEV_EMBEDDED_DB=1), and
-stops it again when it ends. `test` also installs Debian's chromium and faketime (with apt-get,
-when run as root) for the browser tests and the fault suite, which skip only if that fails.
+stops it again when it ends. `test` also installs Debian's chromium, faketime and pgbouncer (with
+apt-get, when run as root) for the browser tests, the fault suite and the PgBouncer test, which
+skip only if that fails.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ METRICS_DIR = STATE / "metrics"
 TEST_PACKAGES = {
     "chromium": "/usr/bin/chromium",
     "faketime": "/usr/lib/*/faketime/libfaketimeMT.so.1",
+    "pgbouncer": "/usr/sbin/pgbouncer",
 }
 API_WORKERS = 2
 STARTUP_TIMEOUT_S = 60
@@ -281,8 +283,9 @@ def print_banner(host: str, port: int, key: str, password: str, startup_s: float
 
 
 def ensure_test_packages() -> None:
-    """Debian's chromium (the browser tests; never a browser download) and faketime (the
-    fault suite's skewed-clock workers), installed with apt-get when missing; the tests that
+    """Debian's chromium (the browser tests; never a browser download), faketime (the fault
+    suite's skewed-clock workers) and pgbouncer (workers and API through transaction pooling,
+    tests/integration/test_pgbouncer.py), installed with apt-get when missing; the tests that
     need one skip only if that fails."""
     missing = [name for name, path in TEST_PACKAGES.items() if not glob.glob(path)]
     if not missing:

@@ -1,0 +1,341 @@
+"""Workers and the API through PgBouncer in transaction-pooling mode (issue 12).
+
+A real PgBouncer (Debian's package; `python3 dev.py test` installs it) on 127.0.0.1 in front
+of the test database with `pool_mode = transaction` and three server connections for many
+more clients. It is stricter than a production PgBouncer: it runs `DISCARD ALL` after every
+transaction (`server_reset_query_always`), so any session state a process leaves behind
+(a prepared statement, a WITH HOLD cursor, a session advisory lock, a LISTEN, a SET) is gone
+before its next transaction, every time, not only when that transaction happens to land on
+another server connection. Where PgBouncer knows `max_prepared_statements` (1.21+), it is 0.
+
+- Three `run_worker` processes with DATABASE_URL through it and their LISTEN connection
+  direct (NOTIFYQUEUE_LISTEN_DATABASE_URL) deliver a few hundred notifications, several per
+  recipient under a low rate limit (admission under pg_advisory_xact_lock, deferrals),
+  retries, permanent failures and dead letters, with their webhooks: the universal check
+  holds and their logs show no database error. Their poll interval is ten minutes, so every
+  wake-up comes from LISTEN/NOTIFY on the direct connection or from the next due time.
+- gunicorn with DATABASE_URL through it answers creates, batch, reads, list, cancel, retries,
+  templates, preferences, /status, /metrics and the admin's pages, never a 500.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+
+from notifications.models import Status
+from tests.faults.harness import (
+    Workers,
+    all_final,
+    notifications_create,
+    universal_check,
+    wait_until,
+)
+from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.gunicorn_server import free_port, gunicorn_environment, gunicorn_serving
+from tests.support.http_servers import ScriptedProvider
+from tests.support.webhook_receiver import WebhookReceiver
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+SERVER_CONNECTIONS = 3
+LIMIT, WINDOW_S = 3, 2.0
+# What a database problem looks like in a worker's or gunicorn's log: psycopg's and Django's
+# error classes, and PostgreSQL's words for lost session state.
+DATABASE_ERROR = re.compile(
+    r"psycopg|OperationalError|ProgrammingError|InterfaceError|InternalError|DatabaseError|"
+    r"prepared statement|does not exist|server closed|pgbouncer|Traceback",
+    re.IGNORECASE,
+)
+
+
+@contextmanager
+def pgbouncer_serving(tmp_path: Path) -> Iterator[str]:
+    """PgBouncer in transaction mode in front of the test database; yields its URL."""
+    if not Path(PGBOUNCER).exists():
+        pytest.skip(
+            "pgbouncer is not installed and could not be installed here (python3 dev.py test "
+            "installs Debian's pgbouncer with apt-get when run as root with apt available)"
+        )
+    s = connection.settings_dict
+    host, port = s["HOST"] or "localhost", s["PORT"] or "5432"
+    server = f"host={host} port={port} dbname={s['NAME']} user={s['USER']}"
+    if s["PASSWORD"]:
+        server += f" password='{s['PASSWORD']}'"
+    listen_port = free_port()
+    folder = tmp_path / "pgbouncer"
+    folder.mkdir()
+    (folder / "userlist.txt").write_text(f'"{s["USER"]}" ""\n')
+    settings = {
+        "listen_addr": "127.0.0.1",
+        "listen_port": str(listen_port),
+        "unix_socket_dir": "",
+        "pidfile": "",
+        "auth_type": "trust",
+        "auth_file": str(folder / "userlist.txt"),
+        "pool_mode": "transaction",
+        "default_pool_size": str(SERVER_CONNECTIONS),
+        "max_db_connections": str(SERVER_CONNECTIONS),
+        "reserve_pool_size": "0",
+        "max_client_conn": "200",
+        "server_reset_query": "DISCARD ALL",
+        "server_reset_query_always": "1",
+        "log_connections": "0",
+        "log_disconnections": "0",
+    }
+    if _version() >= (1, 21):
+        settings["max_prepared_statements"] = "0"
+    if os.geteuid() == 0:
+        # PgBouncer will not run as root: it switches to the account that may reach the
+        # server (the embedded one's socket folder belongs to its own account).
+        owner = Path(host).owner() if host.startswith("/") else "nobody"
+        settings["user"] = owner
+    config = folder / "pgbouncer.ini"
+    config.write_text(
+        f"[databases]\n{s['NAME']} = {server}\n\n[pgbouncer]\n"
+        + "".join(f"{key} = {value}\n" for key, value in settings.items())
+    )
+    log_path = folder / "pgbouncer.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([PGBOUNCER, str(config)], stdout=log, stderr=log)
+    url = f"postgresql://{s['USER']}@127.0.0.1:{listen_port}/{s['NAME']}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert process.poll() is None, f"pgbouncer stopped:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, f"pgbouncer did not start:\n{log_path.read_text()}"
+            try:
+                socket.create_connection(("127.0.0.1", listen_port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+
+
+def _version() -> tuple[int, ...]:
+    out = subprocess.run([PGBOUNCER, "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"PgBouncer (\d+)\.(\d+)", out)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+@pytest.fixture
+def pgbouncer(tmp_path) -> Iterator[str]:
+    with pgbouncer_serving(tmp_path) as url:
+        yield url
+
+
+def server_connections_through_pgbouncer() -> int:
+    """The test database's connections that are not this process's (PgBouncer's, and the
+    workers' LISTEN connections)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_three_workers_through_pgbouncer_deliver_everything_exactly_once(
+    pgbouncer, database_url
+):
+    with (
+        WebhookReceiver() as webhooks,
+        ScriptedProvider() as provider,
+        Workers(
+            pgbouncer,
+            provider.url,
+            NOTIFYQUEUE_LISTEN_DATABASE_URL=database_url,
+            NOTIFYQUEUE_RATE_LIMIT=str(LIMIT),
+            NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS=str(WINDOW_S),
+            # Ten minutes: a worker that missed a NOTIFY would not look again during the test.
+            NOTIFYQUEUE_POLL_INTERVAL_SECONDS="600",
+        ) as workers,
+    ):
+        for _ in range(3):
+            workers.start()
+        wait_until(
+            lambda: all(workers._started(p) or p.poll() is not None for p in workers.processes),
+            timeout_s=60,
+            what="three workers started",
+        )
+        client = ClientFactory(webhook_url=webhooks.url)
+        same = [f"{name}@example.com" for name in ("ada", "bob", "cy")] * 8
+        busy = [f"busy-{i}@example.com" for i in range(10)]
+        rejected = [f"reject-{i}@example.com" for i in range(10)]
+        dead = [f"busy-dead-{i}@example.com" for i in range(5)]
+        plain = [f"user-{i}@example.com" for i in range(251)]
+        notifications_create(client, same + busy + rejected + plain)
+        for recipient in dead:
+            NotificationFactory(client=client, recipient=recipient, max_attempts=2)
+        try:
+            wait_until(all_final, timeout_s=120, what="every notification final")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{workers.logs()}") from None
+        assert server_connections_through_pgbouncer() <= SERVER_CONNECTIONS + 3  # + LISTENs
+
+        counts = universal_check(provider, workers, webhooks=webhooks, rate_limit=(LIMIT, WINDOW_S))
+        logs = workers.logs()
+
+    assert counts == {
+        Status.SENT: len(same) + len(busy) + len(plain),
+        Status.FAILED: len(rejected),
+        Status.DEAD_LETTERED: len(dead),
+    }
+    assert len(provider.sends) == counts[Status.SENT]
+    assert [p.returncode for p in workers.processes] == [0, 0, 0], logs
+    problems = [line for line in logs.splitlines() if DATABASE_ERROR.search(line)]
+    assert not problems, logs
+
+
+class Api:
+    def __init__(self, base: str, key: str) -> None:
+        self.base, self.key = base, key
+
+    def call(self, method: str, path: str, body=None, **headers: str) -> tuple[int, dict]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.base + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Api-Key {self.key}",
+                "Content-Type": "application/json",
+                **headers,
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=20) as response:
+                raw = response.read()
+                status = response.status
+        except urllib.error.HTTPError as refused:
+            raw, status = refused.read(), refused.code
+        return status, json.loads(raw) if raw[:1] in (b"{", b"[") else {}
+
+
+def test_the_api_and_admin_through_pgbouncer_never_answer_500(
+    pgbouncer, make_client, tmp_path
+):
+    _, key = make_client("acme")
+    operator_client, operator_key = make_client("ops", is_operator=True)
+    User.objects.create_superuser("root", "root@example.com", "a-long-admin-password")
+    env = gunicorn_environment(DATABASE_URL=pgbouncer)
+    with gunicorn_serving(env, workers=2) as base:
+        api, operator = Api(base, key), Api(base, operator_key)
+        new = {"channel": "email", "recipient": "ada@example.com", "subject": "Hi", "body": "b"}
+        answers = {}
+        created = []
+        for i in range(3):
+            status, body = api.call("POST", "/api/v1/notifications", new, **{"Idempotency-Key": f"k{i}"})
+            answers[f"create {i}"] = status
+            created.append(body.get("id"))
+        answers["create again"] = api.call(
+            "POST", "/api/v1/notifications", new, **{"Idempotency-Key": "k0"}
+        )[0]
+        batch = [{**new, "idempotency_key": f"b{i}"} for i in range(5)]
+        status, body = api.call("POST", "/api/v1/notifications/batch", {"notifications": batch})
+        answers["batch"] = status
+        assert [r["status"] for r in body["results"]] == [201] * 5, body
+        answers["read"] = api.call("GET", f"/api/v1/notifications/{created[0]}")[0]
+        answers["attempts"] = api.call("GET", f"/api/v1/notifications/{created[0]}/attempts")[0]
+        status, body = api.call("GET", "/api/v1/notifications?status=PENDING&channel=email")
+        answers["list"] = status
+        assert len(body["results"]) == 8, body
+        answers["cancel"] = api.call("POST", f"/api/v1/notifications/{created[1]}/cancel")[0]
+        answers["cancel again"] = api.call("POST", f"/api/v1/notifications/{created[1]}/cancel")[0]
+        failed = NotificationFactory(client=operator_client, status=Status.FAILED, attempt_count=6)
+        NotificationFactory.create_batch(2, client=operator_client, status=Status.DEAD_LETTERED)
+        answers["retry"] = operator.call("POST", f"/api/v1/notifications/{failed.id}/retry")[0]
+        status, body = operator.call(
+            "POST", "/api/v1/notifications/retry", {"status": "DEAD_LETTERED"}
+        )
+        answers["bulk retry"] = status
+        assert body == {"retried": 2, "remaining": 0}, body
+        template = {"subject": "Hello {name}", "body": "Hi {name}"}
+        answers["template put"] = api.call("PUT", "/api/v1/templates/welcome/email", template)[0]
+        answers["template get"] = api.call("GET", "/api/v1/templates/welcome/email")[0]
+        prefs = {"channels": ["email"], "addresses": {"email": "u1@example.com"}}
+        answers["prefs put"] = api.call("PUT", "/api/v1/users/u1/preferences", prefs)[0]
+        answers["inbox"] = api.call("GET", "/api/v1/users/u1/inbox")[0]
+        answers["status"] = api.call("GET", "/status")[0]
+        answers["metrics"] = urllib.request.urlopen(f"{base}/metrics", timeout=20).status
+        answers.update(admin_pages(base))
+
+    assert answers == {
+        **{f"create {i}": 201 for i in range(3)},
+        "create again": 200,
+        "batch": 200,
+        "read": 200,
+        "attempts": 200,
+        "list": 200,
+        "cancel": 200,
+        "cancel again": 409,
+        "retry": 200,
+        "bulk retry": 200,
+        "template put": answers["template put"] if answers["template put"] in (200, 201) else 0,
+        "template get": 200,
+        "prefs put": 200,
+        "inbox": 200,
+        "status": answers["status"] if answers["status"] in (200, 503) else 0,
+        "metrics": 200,
+        **{page: 200 for page in ADMIN_PAGES},
+    }
+
+
+ADMIN_PAGES = (
+    "/admin/",
+    "/admin/notifications/notification/",
+    "/admin/templates/messagetemplate/add/",
+    "/admin/clients/clientapikey/add/",
+)
+
+
+def admin_pages(base: str) -> dict[str, int]:
+    """Logs in to the admin (session and CSRF in the database, through PgBouncer) and opens
+    its pages, including add forms whose client select lists query as they render."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(f"{base}/admin/login/", timeout=20).read()
+    token = next(c.value for c in jar if c.name == "csrftoken")
+    form = urllib.parse.urlencode(
+        {
+            "username": "root",
+            "password": "a-long-admin-password",
+            "csrfmiddlewaretoken": token,
+            "next": "/admin/",
+        }
+    ).encode()
+    opener.open(
+        urllib.request.Request(f"{base}/admin/login/", data=form, headers={"Referer": base}),
+        timeout=20,
+    ).read()
+    statuses = {}
+    for page in ADMIN_PAGES:
+        try:
+            with opener.open(f"{base}{page}", timeout=20) as response:
+                statuses[page] = response.status
+                assert "login" not in response.url, "not logged in"
+        except urllib.error.HTTPError as refused:
+            statuses[page] = refused.code
+    return statuses
