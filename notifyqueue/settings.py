@@ -128,6 +128,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends.postgresql"
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Every process must also run through PgBouncer in transaction mode (docs/operations.md), where
+# nothing outlives its transaction: no WITH HOLD cursor, which QuerySet.iterator() opens outside
+# a transaction (the admin's select lists do). No result here is big enough to need streaming.
+# (Django's defaults already keep the rest out: client-side binding, no prepared statements.)
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
