@@ -343,11 +343,10 @@ class Worker:
                 claims, rate_limit=self.config.rate_limit, repository=self.rate_limits
             )
         except DatabaseError as exc:
-            self._finishes.extend(self._checks_failed(claim, exc) for claim in claims)
-            return []
+            admissions = self._admit_one_by_one(claims, exc)
         admitted = []
         for claim in claims:
-            admission = admissions[claim.id]
+            admission = admissions.get(claim.id)
             if isinstance(admission, Admitted):
                 admitted.append(claim)
             elif isinstance(admission, Deferred):
@@ -364,6 +363,24 @@ class Worker:
                     self.worker_id,
                 )
         return admitted
+
+    def _admit_one_by_one(self, claims: list[Claim], exc: DatabaseError) -> dict:
+        """After the claim's admission failed: a passing error (a deadlock, a lock timeout) or
+        one bad row must not cost every row of the claim an attempt, so each is admitted on its
+        own, as the finish does; a row that fails alone too is a failed attempt."""
+        if len(claims) == 1:
+            self._finishes.append(self._checks_failed(claims[0], exc))
+            return {}
+        log.warning("admission of a claim of %d failed (%r); one by one", len(claims), exc)
+        admissions = {}
+        for claim in claims:
+            try:
+                admissions |= recipients_admit(
+                    [claim], rate_limit=self.config.rate_limit, repository=self.rate_limits
+                )
+            except DatabaseError as row_exc:
+                self._finishes.append(self._checks_failed(claim, row_exc))
+        return admissions
 
     def _checks_failed(self, claim: Claim, exc: DatabaseError) -> Finish:
         """Nothing was sent. A failed attempt, not a release: it backs off, and a row that

@@ -419,3 +419,40 @@ def test_a_database_error_in_the_send_time_checks_is_a_failed_attempt_not_a_send
     assert not SimulatedProviderMessage.objects.exists()  # never sent
     outcome = DeliveryAttempt.objects.get(notification=notification).outcome
     assert outcome == Outcome.TEMPORARY_FAILURE
+
+
+def test_a_failed_admission_of_a_whole_claim_is_retried_row_by_row(clock, close_workers):
+    """The claim's one admission statement fails (a deadlock, say): each row is admitted on its
+    own, so only a row that fails alone too pays an attempt; the others are sent."""
+    from django.db import DataError, OperationalError
+
+    from ratelimits.repositories import RateLimitRepository
+    from ratelimits.services import RateLimit
+
+    class BatchFailing(RateLimitRepository):
+        def recipients_admit(self, *, claims, limit, window_s):
+            if len(claims) > 1:
+                raise OperationalError("deadlock detected")
+            if claims[0].recipient == "poison@example.com":
+                raise DataError("cannot admit this one")
+            return super().recipients_admit(claims=claims, limit=limit, window_s=window_s)
+
+    client = ClientFactory()
+    good = NotificationFactory.create_batch(3, client=client)
+    poison = NotificationFactory(client=client, recipient="poison@example.com")
+    clock.now = timezone.now()
+    worker = worker_build(concurrency=4, batch_size=4)
+    worker.config = dataclasses.replace(worker.config, rate_limit=RateLimit(limit=10, window_s=60))
+    worker.rate_limits = BatchFailing()
+    close_workers(worker)
+    assert worker.run_once().claimed == 4
+    worker.stop()
+    while worker.run_once(wait_s=0.5).in_flight:
+        pass
+    for notification in good:
+        notification.refresh_from_db()
+        assert (notification.status, notification.attempt_count) == (Status.SENT, 1)
+    poison.refresh_from_db()
+    assert (poison.status, poison.attempt_count) == (Status.PENDING, 1)
+    assert "send-time checks failed: DataError" in poison.last_error
+    assert not SimulatedProviderMessage.objects.filter(recipient="poison@example.com").exists()
