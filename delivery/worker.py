@@ -233,7 +233,9 @@ class Worker:
             self._due_check_at = time.monotonic() + self._idle_wait_s()
         if not self._dry and step.claimed:
             return True  # the claim was full: more may be due
-        if until_empty and self._dry and not step.in_flight and not self._finishes:
+        # Exit only on a claim that found nothing: the fair claim can come back short (each
+        # client capped at its share) while rows are still due.
+        if until_empty and claim and not step.claimed and not step.in_flight and not self._finishes:
             if not self.reclaim_expired():
                 return False
             self._dry = False

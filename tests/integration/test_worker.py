@@ -456,3 +456,14 @@ def test_a_failed_admission_of_a_whole_claim_is_retried_row_by_row(clock, close_
     assert (poison.status, poison.attempt_count) == (Status.PENDING, 1)
     assert "send-time checks failed: DataError" in poison.last_error
     assert not SimulatedProviderMessage.objects.filter(recipient="poison@example.com").exists()
+
+
+def test_until_empty_drains_past_a_fair_claim_that_came_back_short():
+    """One client with 1 due row, another with 30, batch 10: the fair claim gives each at most
+    its share (5), so the first claim is short while rows are still due; --until-empty must
+    not take that for an empty queue."""
+    NotificationFactory(client=ClientFactory())
+    NotificationFactory.create_batch(30, client=ClientFactory())
+    worker = worker_build(concurrency=4, batch_size=10)
+    worker.run(until_empty=True)
+    assert Notification.objects.filter(status=Status.SENT).count() == 31
