@@ -25,28 +25,40 @@ outcome is an `OutboundAnswer`); `failure` texts are short classes written here 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import http.client
 import ipaddress
+import itertools
+import os
 import socket
 import ssl
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
+import certifi
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3 import PoolManager
+from requests.utils import requote_uri
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
+from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
+from urllib3.response import HTTPResponse
 from urllib3.util import connection as urllib3_connection
+from urllib3.util import make_headers
+from urllib3.util.ssl_ import create_urllib3_context
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # The most of an answer's body any caller reads; the rest is left unread.
 MAX_BODY_BYTES = 64 * 1024
 _READ_CHUNK_BYTES = 16 * 1024
+# A caller that reads no body (webhooks) still has a short one read and dropped, up to this
+# size, so that the connection can be kept alive; a longer body costs the connection instead.
+_DRAIN_MAX_BYTES = 16 * 1024
+_DRAIN_MAX_SECONDS = 0.05
 
 
 class OutboundRefused(Exception):
@@ -155,6 +167,71 @@ def outbound_target_resolve(url: str, *, allow_private: bool) -> OutboundTarget:
     return OutboundTarget(scheme=scheme, host=host, port=port, address=addresses[0])
 
 
+class _Watchdog:
+    """The process's one deadline thread: shuts down the sockets of each SocketDeadline that
+    expires, in deadline order, from a heap of (deadline, entry) under one Condition.
+
+    Started on first use (and again in a forked child, which inherits no threads). A cancelled
+    deadline stays in the heap until it reaches the top or the heap is compacted, so cancelling
+    costs no search; compaction keeps the heap within a small multiple of the live deadlines.
+    """
+
+    _COMPACT_AFTER = 256
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, SocketDeadline]] = []
+        self._sequence = itertools.count()
+        self._cancelled = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, deadline: SocketDeadline) -> None:
+        with self._condition:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="outbound-deadlines", daemon=True
+                )
+                self._thread.start()
+            heapq.heappush(self._heap, (deadline.at, next(self._sequence), deadline))
+            if self._heap[0][2] is deadline:
+                self._condition.notify()
+
+    def cancelled(self) -> None:
+        with self._condition:
+            self._cancelled += 1
+            if self._cancelled > self._COMPACT_AFTER and self._cancelled * 2 > len(self._heap):
+                self._heap = [entry for entry in self._heap if not entry[2].done]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
+
+    def _next_expired(self) -> SocketDeadline:
+        with self._condition:
+            while True:
+                while self._heap and self._heap[0][2].done:
+                    heapq.heappop(self._heap)
+                    self._cancelled = max(self._cancelled - 1, 0)
+                if not self._heap:
+                    self._condition.wait()
+                    continue
+                wait_s = self._heap[0][0] - time.monotonic()
+                if wait_s <= 0:
+                    return heapq.heappop(self._heap)[2]
+                self._condition.wait(wait_s)
+
+    def _run(self) -> None:
+        while True:
+            # Outside the Condition: shutting sockets down never blocks registration.
+            self._next_expired().expire()
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _watchdog_after_fork() -> None:
+    global _WATCHDOG
+    _WATCHDOG = _Watchdog()
+
+
 class SocketDeadline:
     """Shuts down every socket it watches once `seconds` have passed since `__enter__`.
 
@@ -162,22 +239,31 @@ class SocketDeadline:
     never trip them; shutting the socket down wakes the blocked read at once, and the caller
     checks `expired` to tell a deadline from a broken connection. `watch` takes a callable
     returning the live socket, because TLS replaces the socket a connection started with.
+
+    One watchdog thread serves every deadline of the process (no thread per call). After
+    `__exit__` the deadline never fires: if `expired` is still False then, no socket it watched
+    will be touched again, so a connection may be reused.
     """
 
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.expired = False
+        self.done = False
+        self.at = 0.0
         self._sockets: list[Callable[[], socket.socket | None]] = []
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
 
     def __enter__(self) -> SocketDeadline:
-        self._timer.start()
+        self.at = time.monotonic() + self.seconds
+        _WATCHDOG.add(self)
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._timer.cancel()
+        with self._lock:
+            self.done = True
+            expired = self.expired
+        if not expired:
+            _WATCHDOG.cancelled()
 
     def watch(self, live_socket: Callable[[], socket.socket | None]) -> None:
         with self._lock:
@@ -186,8 +272,10 @@ class SocketDeadline:
         if expired:
             self._shutdown(live_socket)
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         with self._lock:
+            if self.done:
+                return
             self.expired = True
             sockets = list(self._sockets)
         for live_socket in sockets:
@@ -201,78 +289,173 @@ class SocketDeadline:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-class _Pin:
-    """Where the request's connections go: the checked address, under the deadline's watch."""
+def _tls_context() -> ssl.SSLContext:
+    """One verifying context for the process (certifi's CA bundle, as `requests` used): loading
+    the bundle per connection costs milliseconds. The environment's CA variables are ignored."""
+    global _TLS_CONTEXT
+    if _TLS_CONTEXT is None:
+        context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
+        context.load_verify_locations(cafile=certifi.where())
+        _TLS_CONTEXT = context
+    return _TLS_CONTEXT
 
-    def __init__(self, address: str, deadline: SocketDeadline):
-        self.address = address
-        self.deadline = deadline
 
-    def connect(self, conn: HTTPConnection) -> socket.socket:
+_TLS_CONTEXT: ssl.SSLContext | None = None
+
+
+class _PinnedConnection:
+    """Connects to the checked address and nowhere else; the new socket is watched by the
+    deadline of the call that opens it."""
+
+    address: str
+    deadline: SocketDeadline
+
+    def _new_conn(self) -> socket.socket:
         try:
             sock = urllib3_connection.create_connection(
-                (self.address, conn.port),
-                conn.timeout,
-                source_address=conn.source_address,
-                socket_options=conn.socket_options,
+                (self.address, self.port),
+                self.timeout,
+                source_address=self.source_address,
+                socket_options=self.socket_options,
             )
         except TimeoutError as exc:
             raise ConnectTimeoutError(
-                conn, f"Connection to {conn.host} ({self.address}) timed out"
+                self, f"Connection to {self.host} ({self.address}) timed out"
             ) from exc
         except OSError as exc:
             raise NewConnectionError(
-                conn, f"Failed to connect to {conn.host} ({self.address}): {exc}"
+                self, f"Failed to connect to {self.host} ({self.address}): {exc}"
             ) from exc
-        # After TLS wraps it, `sock` is detached and conn.sock is the live socket.
-        self.deadline.watch(lambda: conn.sock or sock)
+        # After TLS wraps it, `sock` is detached and self.sock is the live socket.
+        self.deadline.watch(lambda: self.sock or sock)
         return sock
 
 
-class _PinnedHTTPConnection(HTTPConnection):
-    def __init__(self, *args, pin: _Pin, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._pin = pin
-
-    def _new_conn(self) -> socket.socket:
-        return self._pin.connect(self)
+class _PinnedHTTPConnection(_PinnedConnection, HTTPConnection):
+    pass
 
 
-class _PinnedHTTPSConnection(HTTPSConnection):
+class _PinnedHTTPSConnection(_PinnedConnection, HTTPSConnection):
     # The host name stays the connection's `host`, so SNI and certificate verification use
     # the name from the URL while the TCP connection goes to the checked address.
-    def __init__(self, *args, pin: _Pin, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._pin = pin
-
-    def _new_conn(self) -> socket.socket:
-        return self._pin.connect(self)
+    pass
 
 
-class _PinnedPoolManager(PoolManager):
-    def __init__(self, *args, pin: _Pin, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._pin = pin
-
-    def _new_pool(self, scheme, host, port, request_context=None):
-        pool = super()._new_pool(scheme, host, port, request_context)
-        pool.ConnectionCls = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
-        pool.conn_kw["pin"] = self._pin
-        return pool
-
-
-class _PinnedAdapter(HTTPAdapter):
-    def __init__(self, pin: _Pin):
-        self._pin = pin
-        super().__init__(pool_connections=1, pool_maxsize=1, max_retries=0)
-
-    def init_poolmanager(self, connections, maxsize, block=False, **pool_kwargs):
-        self._pool_connections = connections
-        self._pool_maxsize = maxsize
-        self._pool_block = block
-        self.poolmanager = _PinnedPoolManager(
-            num_pools=connections, maxsize=maxsize, block=block, pin=self._pin, **pool_kwargs
+def _new_connection(target: OutboundTarget, timeout_s: float) -> HTTPConnection:
+    if target.scheme == "https":
+        conn: HTTPConnection = _PinnedHTTPSConnection(
+            target.host,
+            target.port,
+            timeout=timeout_s,
+            cert_reqs="CERT_REQUIRED",
+            ssl_context=_tls_context(),
         )
+    else:
+        conn = _PinnedHTTPConnection(target.host, target.port, timeout=timeout_s)
+    conn.address = target.address
+    return conn
+
+
+class _IdleConnections:
+    """Kept-alive connections, keyed by the pinned target (scheme, host, port, address).
+
+    A connection is given back only in a known state (its answer read to the end, no error, no
+    deadline expiry, the server not closing it) and taken again only to the same pinned
+    address. At most `max_idle` are kept in all (the longest idle is closed first), none longer
+    than `max_idle_s`, and a connection the server has closed meanwhile is not reused.
+    """
+
+    def __init__(self, *, max_idle: int, max_idle_s: float) -> None:
+        self.max_idle = max_idle
+        self.max_idle_s = max_idle_s
+        self._lock = threading.Lock()
+        self._by_target: dict[OutboundTarget, OrderedDict[int, HTTPConnection]] = {}
+        # Every idle connection, longest idle first: (target, when it was given back).
+        self._order: OrderedDict[int, tuple[OutboundTarget, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def take(self, target: OutboundTarget) -> HTTPConnection | None:
+        """The most recently used live idle connection to `target`, or None."""
+        while True:
+            closing: list[HTTPConnection] = []
+            with self._lock:
+                idle = self._by_target.get(target)
+                if not idle:
+                    return None
+                key, conn = idle.popitem(last=True)
+                _, since = self._order.pop(key)
+                if time.monotonic() - since > self.max_idle_s:
+                    # The most recent is stale, so are the older ones.
+                    closing = [conn, *idle.values()]
+                    for older in idle:
+                        del self._order[older]
+                    idle.clear()
+                if not idle:
+                    del self._by_target[target]
+            if closing:
+                _close_all(closing)
+                return None
+            # Readable while idle means the server closed it (or sent something unasked).
+            if conn.is_connected:
+                return conn
+            conn.close()
+
+    def give(self, target: OutboundTarget, conn: HTTPConnection) -> None:
+        closing: list[HTTPConnection] = []
+        now = time.monotonic()
+        with self._lock:
+            key = id(conn)
+            self._by_target.setdefault(target, OrderedDict())[key] = conn
+            self._order[key] = (target, now)
+            while self._order:
+                oldest, (oldest_target, since) = next(iter(self._order.items()))
+                if len(self._order) <= self.max_idle and now - since <= self.max_idle_s:
+                    break
+                del self._order[oldest]
+                idle = self._by_target[oldest_target]
+                closing.append(idle.pop(oldest))
+                if not idle:
+                    del self._by_target[oldest_target]
+        _close_all(closing)
+
+    def clear(self) -> None:
+        with self._lock:
+            closing = [conn for idle in self._by_target.values() for conn in idle.values()]
+            self._by_target.clear()
+            self._order.clear()
+        _close_all(closing)
+
+
+def _close_all(conns: list[HTTPConnection]) -> None:
+    for conn in conns:
+        with contextlib.suppress(OSError):
+            conn.close()
+
+
+# Enough for the worker's send threads and the webhook slots to keep one connection each to a
+# provider; past it, the longest idle is closed. 1 s idle at most: shorter than the keep-alive
+# timeout of common servers (2 s gunicorn, 5 s uvicorn/node), so a server closing an idle
+# connection as it is reused is rare (a POST on such a connection fails "connection closed
+# without an answer", a temporary failure, and is not resent here).
+MAX_IDLE_CONNECTIONS = 256
+MAX_IDLE_SECONDS = 1.0
+_IDLE = _IdleConnections(max_idle=MAX_IDLE_CONNECTIONS, max_idle_s=MAX_IDLE_SECONDS)
+
+
+def _idle_after_fork() -> None:
+    # The parent's sockets are not this process's to use: forget them (the parent keeps its own).
+    global _IDLE
+    _IDLE = _IdleConnections(max_idle=MAX_IDLE_CONNECTIONS, max_idle_s=MAX_IDLE_SECONDS)
+
+
+def _after_fork_in_child() -> None:
+    _watchdog_after_fork()
+    _idle_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _causes(exc: BaseException):
@@ -306,6 +489,7 @@ def failure_class(exc: BaseException) -> str:
         (BrokenPipeError, "connection reset"),
         (ssl.SSLError, "tls error"),
         (requests.Timeout, "timeout"),
+        (Urllib3TimeoutError, "timeout"),
         (TimeoutError, "timeout"),
         (http.client.LineTooLong, "invalid answer"),
         (http.client.HTTPException, "invalid answer"),
@@ -315,18 +499,51 @@ def failure_class(exc: BaseException) -> str:
     return "connection error"
 
 
-def _read_bounded(response: requests.Response, limit: int) -> tuple[bytes, bool]:
+def _read_bounded(response: HTTPResponse, limit: int) -> tuple[bytes, bool]:
     """Up to `limit` bytes of the body as sent (no decompression), and whether more was left."""
     chunks: list[bytes] = []
     size = 0
     while size <= limit:
-        chunk = response.raw.read(min(_READ_CHUNK_BYTES, limit + 1 - size), decode_content=False)
+        chunk = response.read(min(_READ_CHUNK_BYTES, limit + 1 - size), decode_content=False)
         if not chunk:
             break
         chunks.append(chunk)
         size += len(chunk)
     data = b"".join(chunks)
     return data[:limit], len(data) > limit
+
+
+def _drain(conn: HTTPConnection, response: HTTPResponse, timeout_s: float) -> None:
+    """Reads and drops a short unread body so the connection can carry the next request.
+
+    Only a body of known length up to _DRAIN_MAX_BYTES, and for at most `timeout_s` (its own
+    deadline: a server dripping it loses the connection, never the answer already read).
+    """
+    remaining = response.length_remaining
+    if remaining is None or remaining > _DRAIN_MAX_BYTES or timeout_s <= 0:
+        return
+    with SocketDeadline(timeout_s) as deadline:
+        sock = conn.sock
+        deadline.watch(lambda: sock)
+        with contextlib.suppress(HTTPError, http.client.HTTPException, OSError):
+            while response.read(_READ_CHUNK_BYTES, decode_content=False):
+                pass
+    if deadline.expired:
+        conn.close()
+
+
+def _request_target(url: str) -> tuple[str, dict[str, str]]:
+    """The request line's target (path and query, quoted as `requests` quoted it), and the
+    Basic authorization a `user:password@` in the URL asks for (as `requests` did)."""
+    parts = urlsplit(url)
+    target = requote_uri(parts.path or "/") + (
+        f"?{requote_uri(parts.query)}" if parts.query else ""
+    )
+    auth: dict[str, str] = {}
+    if parts.username is not None:
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        auth = make_headers(basic_auth=credentials)
+    return target, auth
 
 
 def _answer(
@@ -360,37 +577,68 @@ def outbound_post_to(
     """POSTs `body` to `url`, connecting only to `target.address`, within `timeout_s` in all.
 
     Reads at most `max_body_bytes` (capped at MAX_BODY_BYTES) of the answer's body; pass 0 to
-    read none. A 3xx is returned like any other answer, never followed.
+    read none. A 3xx is returned like any other answer, never followed. The connection is kept
+    for the next call to the same pinned target only when it ends in a known state.
     """
     started = time.monotonic()
     limit = max(0, min(max_body_bytes, MAX_BODY_BYTES))
-    with SocketDeadline(timeout_s) as deadline, requests.Session() as session:
-        session.trust_env = False  # no proxies, .netrc or CA bundles from the environment
-        adapter = _PinnedAdapter(_Pin(target.address, deadline))
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
+    reusable = False
+    conn = _IDLE.take(target)
+    if conn is None:
+        conn = _new_connection(target, timeout_s)
+    with SocketDeadline(timeout_s) as deadline:
+        conn.deadline = deadline  # watches the socket it opens, if it opens one
+        conn.timeout = timeout_s
+        if conn.sock is not None:
+            # Kept alive from an earlier call: this call's deadline watches it from now on.
+            # (The socket itself: once an answer says "close", conn.sock is None.)
+            sock = conn.sock
+            deadline.watch(lambda: conn.sock or sock)
         try:
-            response = session.post(
-                url,
-                data=body,
-                # identity: the bounded read counts the bytes that arrive, and a small
-                # compressed answer cannot expand into a large one.
-                headers={"Accept-Encoding": "identity", **headers},
-                timeout=(timeout_s, timeout_s),
-                allow_redirects=False,
-                stream=True,
+            path, auth = _request_target(url)
+            conn.request(
+                "POST",
+                path,
+                body=body,
+                headers={
+                    "Accept": "*/*",
+                    # identity: the bounded read counts the bytes that arrive, and a small
+                    # compressed answer cannot expand into a large one.
+                    "Accept-Encoding": "identity",
+                    **auth,
+                    **headers,
+                },
+                preload_content=False,
+                decode_content=False,
             )
-            with response:
-                status = response.status_code
-                data, truncated = _read_bounded(response, limit) if limit else (b"", False)
-        # Reading the raw body raises urllib3's errors, not requests'.
-        except (requests.RequestException, HTTPError, http.client.HTTPException, OSError) as exc:
-            failure = "timeout" if deadline.expired else failure_class(exc)
-            return _answer(started, failure=failure)
-        if deadline.expired:
-            # A socket shut down mid-answer can still parse as a complete answer; it is not one.
-            return _answer(started, failure="timeout")
-    return _answer(started, status_code=status, body=data, truncated=truncated)
+            response = conn.getresponse()
+            status = response.status
+            data, truncated = _read_bounded(response, limit) if limit else (b"", False)
+            # The answer is complete before any draining: a drain that fails costs the
+            # connection, never the answer.
+            expired = deadline.expired
+            if not limit and not expired:
+                _drain(conn, response, min(_DRAIN_MAX_SECONDS, deadline.at - time.monotonic()))
+            reusable = response.closed and not truncated
+        # Bad URL text (control characters) raises ValueError before anything is sent.
+        except (HTTPError, http.client.HTTPException, OSError, ValueError) as exc:
+            expired = deadline.expired
+            failure = "timeout" if expired else failure_class(exc)
+            answer = _answer(started, failure=failure)
+        else:
+            answer = (
+                # A socket shut down mid-answer can still parse as a complete answer; it is not.
+                _answer(started, failure="timeout")
+                if expired
+                else _answer(started, status_code=status, body=data, truncated=truncated)
+            )
+    # After __exit__ an unexpired deadline never fires, so a connection given back now is not
+    # shut down under the next call that takes it.
+    if reusable and not deadline.expired and not conn.is_closed:
+        _IDLE.give(target, conn)
+    else:
+        conn.close()
+    return answer
 
 
 def outbound_post(
