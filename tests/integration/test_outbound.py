@@ -1,7 +1,11 @@
 """The guarded outbound transport (notifyqueue/outbound.py) that webhooks and the http provider
 share: the address rules, and its behaviour against a real scripted server on 127.0.0.1."""
 
+import asyncio
+import contextlib
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -12,7 +16,7 @@ from notifyqueue.outbound import (
     outbound_post,
     outbound_target_resolve,
 )
-from tests.support.http_servers import ScriptedHTTPServer, answer, http_answer
+from tests.support.http_servers import Request, ScriptedHTTPServer, answer, http_answer
 
 
 @pytest.fixture
@@ -141,3 +145,183 @@ def test_dripped_headers_end_at_the_deadline_too(raw_server):
     started = time.monotonic()
     assert post(server.url(), timeout_s=0.4).failure == "timeout"
     assert time.monotonic() - started < 0.4 + 0.5
+
+
+class KeepAliveServer:
+    """An HTTP/1.1 server on 127.0.0.1 in one asyncio thread that keeps connections open and
+    counts them. Its answer depends on the path:
+
+    /ok (or anything else) 200 with a short body after `delay_s`; /big 200 with a body three
+    times MAX_BODY_BYTES; /large 200 with 100 KiB; /slow answers after 1 s; /drip sends the
+    headers, then its body one byte every 0.1 s; /bye answers, then closes the connection
+    without saying so.
+    """
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s = delay_s
+        self.accepted = 0
+        self.requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._handlers: set[asyncio.Task] = set()
+        started = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(started),))
+        self._thread.start()
+        assert started.wait(5)
+
+    def url(self, path: str = "/ok") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def _main(self, started: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=256)
+        self.port = server.sockets[0].getsockname()[1]
+        started.set()
+        await self._stop.wait()
+        server.close()
+        for task in self._handlers:
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await server.wait_closed()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(5)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self._handlers.add(asyncio.current_task())
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+                path = head.split(" ", 2)[1]
+                length = int(Request(head, b"").headers.get("content-length", "0"))
+                await reader.readexactly(length)
+                self.requests += 1
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                try:
+                    await self._answer(path, writer)
+                finally:
+                    self.in_flight -= 1
+                if path == "/bye":
+                    return
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            self._handlers.discard(asyncio.current_task())
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _answer(self, path: str, writer: asyncio.StreamWriter) -> None:
+        bodies = {"/big": b"b" * (MAX_BODY_BYTES * 3), "/large": b"l" * 100_000, "/drip": b"d" * 50}
+        body = bodies.get(path, b"{}")
+        head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        await asyncio.sleep(1.0 if path == "/slow" else self.delay_s)
+        if path == "/drip":
+            writer.write(head)
+            for byte in body:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.1)
+            return
+        writer.write(head + body)
+        await writer.drain()
+
+
+@pytest.fixture
+def keepalive_server():
+    servers = []
+
+    def start(**kwargs):
+        servers.append(KeepAliveServer(**kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_sequential_posts_to_one_server_share_one_connection(keepalive_server):
+    server = keepalive_server()
+
+    answers = [post(server.url()) for _ in range(20)]
+
+    assert [a.status_code for a in answers] == [200] * 20
+    assert (server.requests, server.accepted) == (20, 1)
+
+
+def test_a_webhook_style_post_drains_a_short_body_and_keeps_the_connection(keepalive_server):
+    server = keepalive_server()
+
+    assert [post(server.url(), max_body_bytes=0).status_code for _ in range(5)] == [200] * 5
+    assert server.accepted == 1
+    # A body longer than the drain bound is left unread: that connection is not reused.
+    assert post(server.url("/large"), max_body_bytes=0).status_code == 200
+    assert post(server.url()).status_code == 200
+    assert server.accepted == 2
+
+
+def test_a_truncated_read_does_not_leave_its_connection_for_the_next_call(keepalive_server):
+    server = keepalive_server()
+
+    cut = post(server.url("/big"), max_body_bytes=100)
+    whole = post(server.url())
+
+    assert cut.body_truncated and (whole.status_code, whole.body) == (200, b"{}")
+    assert server.accepted == 2
+
+
+def test_a_reused_connection_is_watched_by_the_deadline_and_dropped_after_it(keepalive_server):
+    server = keepalive_server()
+    assert post(server.url()).status_code == 200
+
+    started = time.monotonic()
+    dripped = post(server.url("/drip"), timeout_s=0.4)
+
+    assert dripped.failure == "timeout" and time.monotonic() - started < 0.4 + 0.5
+    assert server.accepted == 1  # the drip came on the kept connection, and was cut off
+    slow = post(server.url("/slow"), timeout_s=0.3)
+    assert slow.failure == "timeout" and server.accepted == 2  # the cut one was not reused
+    assert post(server.url()).status_code == 200
+    assert server.accepted == 3  # nor the one that timed out
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused(keepalive_server):
+    server = keepalive_server()
+
+    assert post(server.url("/bye")).status_code == 200
+    time.sleep(0.05)  # the server's FIN reaches the idle connection
+    assert post(server.url()).status_code == 200
+    assert server.accepted == 2
+
+
+def test_a_kept_connection_does_not_bypass_the_address_rules(keepalive_server):
+    server = keepalive_server()
+    assert post(server.url()).status_code == 200
+
+    refused = post(server.url(), allow_private=False)
+
+    assert refused.refused and refused.status_code is None
+    assert server.requests == 1
+
+
+def test_concurrent_posts_start_no_thread_per_call(keepalive_server):
+    server = keepalive_server(delay_s=0.3)
+    post(server.url())  # starts the deadline watchdog
+    before = threading.active_count()
+    calls = 30
+    with ThreadPoolExecutor(max_workers=calls) as pool:
+        futures = [pool.submit(post, server.url(), timeout_s=5) for _ in range(calls)]
+        deadline = time.monotonic() + 5
+        while server.in_flight < calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        during = threading.active_count()
+        answers = [f.result() for f in futures]
+
+    assert server.max_in_flight == calls
+    assert during <= before + calls  # the pool's threads, nothing per call
+    assert [a.status_code for a in answers] == [200] * calls
+    assert not [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
