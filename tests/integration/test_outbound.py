@@ -3,17 +3,22 @@ share: the address rules, and its behaviour against a real scripted server on 12
 
 import asyncio
 import contextlib
+import ssl
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from notifyqueue import outbound
 from notifyqueue.outbound import (
     MAX_BODY_BYTES,
     OutboundRefused,
+    OutboundTarget,
     address_refusal,
     outbound_post,
+    outbound_post_to,
     outbound_target_resolve,
 )
 from tests.support.http_servers import Request, ScriptedHTTPServer, answer, http_answer
@@ -157,8 +162,10 @@ class KeepAliveServer:
     without saying so.
     """
 
-    def __init__(self, delay_s: float = 0.0):
+    def __init__(self, delay_s: float = 0.0, tls: ssl.SSLContext | None = None):
         self.delay_s = delay_s
+        self.tls = tls
+        self.heads: list[str] = []
         self.accepted = 0
         self.requests = 0
         self.in_flight = 0
@@ -175,7 +182,7 @@ class KeepAliveServer:
     async def _main(self, started: threading.Event) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=256)
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=256, ssl=self.tls)
         self.port = server.sockets[0].getsockname()[1]
         started.set()
         await self._stop.wait()
@@ -196,6 +203,7 @@ class KeepAliveServer:
             while True:
                 head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
                 path = head.split(" ", 2)[1]
+                self.heads.append(head)
                 length = int(Request(head, b"").headers.get("content-length", "0"))
                 await reader.readexactly(length)
                 self.requests += 1
@@ -207,13 +215,21 @@ class KeepAliveServer:
                     self.in_flight -= 1
                 if path == "/bye":
                     return
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            asyncio.CancelledError,
+        ):
             pass
         finally:
             self._handlers.discard(asyncio.current_task())
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            if self._stop.is_set():
+                writer.transport.abort()  # no TLS goodbye with a client that kept it idle
+            else:
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
 
     async def _answer(self, path: str, writer: asyncio.StreamWriter) -> None:
         bodies = {"/big": b"b" * (MAX_BODY_BYTES * 3), "/large": b"l" * 100_000, "/drip": b"d" * 50}
@@ -325,3 +341,69 @@ def test_concurrent_posts_start_no_thread_per_call(keepalive_server):
     assert during <= before + calls  # the pool's threads, nothing per call
     assert [a.status_code for a in answers] == [200] * calls
     assert not [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
+
+
+@pytest.fixture(scope="module")
+def test_ca(tmp_path_factory):
+    """A CA and a certificate for `provider.test` it signed, made with the openssl CLI."""
+    d = tmp_path_factory.mktemp("tls")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=Notify Queue test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    run("req", *ec, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=provider.test")
+    (d / "leaf.ext").write_text(
+        "subjectAltName=DNS:provider.test\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    )
+    run("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext")  # fmt: skip
+    return d
+
+
+@pytest.fixture
+def tls_server(test_ca, keepalive_server, monkeypatch):
+    """A kept-alive server with the `provider.test` certificate; the outbound transport trusts
+    the test CA (instead of certifi's bundle) for the test. Records the SNI names it was sent."""
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(test_ca / "leaf.pem", test_ca / "leaf.key")
+    names: list[str | None] = []
+    server_context.sni_callback = lambda sslobj, name, context: names.append(name)
+    client_context = outbound.create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
+    client_context.load_verify_locations(cafile=test_ca / "ca.pem")
+    monkeypatch.setattr(outbound, "_TLS_CONTEXT", client_context)
+    server = keepalive_server(tls=server_context)
+    server.sni_names = names
+    return server
+
+
+def tls_post(server, host: str):
+    target = OutboundTarget(scheme="https", host=host, port=server.port, address="127.0.0.1")
+    url = f"https://{host}:{server.port}/ok"
+    return outbound_post_to(url=url, target=target, body=b"{}", headers={}, timeout_s=2)
+
+
+def test_tls_goes_to_the_pinned_address_with_the_urls_name_for_sni_and_the_certificate(
+    tls_server,
+):
+    # provider.test does not resolve: the TLS connection reaches the pinned 127.0.0.1, and the
+    # certificate is checked against the URL's name.
+    answers = [tls_post(tls_server, "provider.test") for _ in range(3)]
+
+    assert [(a.status_code, a.failure) for a in answers] == [(200, None)] * 3
+    assert tls_server.sni_names == ["provider.test"]  # one handshake, then kept alive
+    assert tls_server.accepted == 1
+    assert f"Host: provider.test:{tls_server.port}" in tls_server.heads[0]
+
+
+def test_tls_refuses_a_certificate_for_another_name(tls_server):
+    answer = tls_post(tls_server, "other.test")
+
+    assert (answer.status_code, answer.failure) == (None, "tls error")
+    assert tls_server.requests == 0
