@@ -15,7 +15,17 @@ the worker could be made to call services only it can reach (cloud metadata at
   settings, .netrc and other environment variables are ignored;
 - one total deadline per call: connect, send, headers and body all end within `timeout_s`
   (plus scheduling slack), however slowly the other side drips its answer;
-- at most `max_body_bytes` of the answer's body are read; the rest is never buffered.
+- at most `max_body_bytes` of the answer's body are read; the rest is never buffered (a caller
+  that reads none, webhooks, has a short body of known length, up to 16 KiB, read and dropped
+  within 50 ms so the connection can be kept; never returned, never stored).
+
+Cost: one watchdog thread for the whole process enforces every deadline (no thread per call),
+and connections are kept alive per pinned target (scheme, host, port, checked address), so a
+send thread calling the same provider reuses its connection. A connection is kept only when its
+answer was read to the end with no error, no deadline expiry and no "close" from the server;
+the address rules still run on every call's own lookup before any kept connection is taken,
+and a kept connection serves only the address that lookup checked. At most
+MAX_IDLE_CONNECTIONS are kept in all, none idle longer than MAX_IDLE_SECONDS.
 
 Invariants: no database access here; nothing raises for the other side's behaviour (every
 outcome is an `OutboundAnswer`); `failure` texts are short classes written here ("timeout",
