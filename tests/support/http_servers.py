@@ -259,6 +259,7 @@ class ScriptedProvider:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket.listen(256)  # not socketserver's 5: a worker's 200 sends connect at once
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_port}/send"
