@@ -11,15 +11,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from clients.models import Client, ClientAPIKey
 from notifyqueue.errors import Conflict
-from notifyqueue.sqlfile import queries_load
+from notifyqueue.sqlgateway import Queries
 
-SQL = queries_load(Path(__file__).with_name("sql") / "clients.sql")
+SQL = Queries(Path(__file__).with_name("sql") / "clients.sql")
 
 
 @dataclass(frozen=True)
@@ -76,16 +75,17 @@ class RequestCount:
 def client_request_count(*, client_id: uuid.UUID, window_s: float, count: int = 1) -> RequestCount:
     """Counts `count` requests of the client in its current window (clients/sql/clients.sql);
     `requests` then includes them."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            SQL["client_request_count"],
-            {"client_id": client_id, "window_s": window_s, "count": count},
-        )
-        requests, seconds_left = cursor.fetchone()
-    return RequestCount(requests=requests, seconds_left=seconds_left)
+    return SQL.row(
+        "client_request_count",
+        row=RequestCount,
+        client_id=client_id,
+        window_s=window_s,
+        count=count,
+    )
 
 
-class KeyRow(NamedTuple):
+@dataclass(frozen=True)
+class KeyRow:
     """An unrevoked API key found by its prefix, with its client's id and flags."""
 
     key_id: str
@@ -110,10 +110,7 @@ class KeyHolder:
 def api_key_row(*, prefix: str) -> KeyRow | None:
     """The unrevoked key with this prefix and its client's flags, in one query; None if there
     is none. Nothing is cached: a revoked or expired key fails on its next request."""
-    with connection.cursor() as cursor:
-        cursor.execute(SQL["api_key_client"], {"prefix": prefix})
-        row = cursor.fetchone()
-    return None if row is None else KeyRow(*row)
+    return SQL.row("api_key_client", row=KeyRow, prefix=prefix)
 
 
 def api_key_holder(*, prefix: str) -> KeyHolder | None:

@@ -14,7 +14,11 @@ Invariants protected here:
 - retention deletes only rows that finished before its cutoff (database clock), with every
   row that refers to them, in short batches that skip rows another transaction holds.
 
-Everything returned is a frozen dataclass or a list of them, never a QuerySet.
+Everything returned is a frozen dataclass or a list of them, never a QuerySet. Named SQL runs
+through the SQL gateway (`notifyqueue/sqlgateway.py`, rows into dataclasses by column name),
+except the thin create path's two statements (`_insert_checked`, `_fetch_created_in_order`),
+which read rows by position on a psycopg cursor for speed (docs/performance.md, "Second round:
+the thin create path").
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from django.db.models.expressions import RawSQL
 
 from notifications.models import Notification, Priority
 from notifyqueue.errors import InvalidRequest
-from notifyqueue.sqlfile import queries_load
+from notifyqueue.sqlgateway import Queries
 
 SQL_FILE = Path(__file__).resolve().parent / "sql" / "notifications.sql"
 JSON_COLUMNS = ("metadata", "payload", "fallback_channels")
@@ -43,7 +47,7 @@ JSON_COLUMNS = ("metadata", "payload", "fallback_channels")
 CREATE_ATTEMPTS = 3
 
 
-QUERIES = queries_load(SQL_FILE)
+QUERIES = Queries(SQL_FILE)
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,24 @@ class NotificationRecord:
     last_retried_at: datetime | None = None
     last_retried_by: str | None = None
 
+    def __post_init__(self) -> None:
+        # The column is a smallint; the record carries the Priority it stands for.
+        if type(self.priority) is not Priority:
+            object.__setattr__(self, "priority", Priority(self.priority))
+
 
 RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _CreatedRow(NotificationRecord):
+    """notification_create's row: the notification, and whether the statement inserted it."""
+
+    created: bool
+
+    def inserted(self) -> Inserted:
+        record = NotificationRecord(**{name: getattr(self, name) for name in RECORD_FIELDS})
+        return Inserted(record=record, created=self.created)
 
 
 @dataclass(frozen=True)
@@ -144,6 +164,17 @@ class PruneStep:
     position: ListPosition | None
 
 
+@dataclass(frozen=True)
+class _PruneBatchRow:
+    """notifications_prune_batch's row; `last_*` is the last row scanned (None if none)."""
+
+    scanned: int
+    deleted: int
+    attempts_deleted: int
+    last_created_at: datetime | None
+    last_id: uuid.UUID | None
+
+
 # Where a retention run starts: before any row.
 PRUNE_START = ListPosition(created_at=datetime.min.replace(tzinfo=UTC), id=uuid.UUID(int=0))
 
@@ -181,42 +212,18 @@ class DuplicateRequest(Exception):
         self.existing = existing
 
 
-def _record_from_row(row: dict[str, Any]) -> NotificationRecord:
-    values = {name: row[name] for name in RECORD_FIELDS}
-    for column in JSON_COLUMNS:
-        # Django registers a text loader for jsonb, so raw cursors see JSON text.
-        if isinstance(values[column], str):
-            values[column] = json.loads(values[column])
-    values["priority"] = Priority(values["priority"])
-    return NotificationRecord(**values)
-
-
-def _fetch_records(sql: str, params: dict[str, Any]) -> list[NotificationRecord]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        columns = [column.name for column in cursor.description]
-        return [_record_from_row(dict(zip(columns, row, strict=True))) for row in cursor]
-
-
 def _json_param(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-def _fetch_created(sql: str, params: dict[str, Any]) -> list[Inserted]:
-    """Rows of a create statement: `created` first, then the notification's columns."""
+def _create(params: dict[str, Any]) -> list[Inserted]:
+    """notification_create's rows: the new row, or the row already holding its key."""
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            columns = [column.name for column in cursor.description]
-            return [
-                Inserted(
-                    record=_record_from_row(dict(zip(columns, row, strict=True))), created=row[0]
-                )
-                for row in cursor
-            ]
+        rows = QUERIES.rows("notification_create", row=_CreatedRow, **params)
     except IntegrityError as exc:
         # Only a check constraint can fail here: the key conflict is absorbed by ON CONFLICT.
         raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
+    return [row.inserted() for row in rows]
 
 
 _JSON_POSITIONS = tuple(RECORD_FIELDS.index(column) for column in JSON_COLUMNS)
@@ -224,7 +231,10 @@ _PRIORITY_POSITION = RECORD_FIELDS.index("priority")
 
 
 def _record_from_tuple(row: Sequence[Any]) -> NotificationRecord:
-    """A NotificationRecord from its columns in order (the create statements' answers)."""
+    """A NotificationRecord from its columns in order (the thin create statements' answers).
+
+    Not the gateway's build by name: the thin create path reads by position for speed
+    (docs/performance.md, "Second round: the thin create path")."""
     values = list(row)
     for position in _JSON_POSITIONS:
         if isinstance(values[position], str):
@@ -235,6 +245,9 @@ def _record_from_tuple(row: Sequence[Any]) -> NotificationRecord:
 
 def _insert_checked(params: dict[str, Any]) -> NotificationRecord | None:
     """`notification_create_checked`: the new row, or None when nothing was inserted.
+
+    Not through the SQL gateway: a psycopg cursor costs 66 µs a statement against 110 µs
+    through Django's cursor wrapper (docs/performance.md, "Second round: the thin create path").
 
     Sent on a psycopg cursor of Django's connection (same connection, same transaction, same
     type adapters) rather than through Django's cursor wrapper, django-prometheus' statement
@@ -258,7 +271,10 @@ def _fetch_created_in_order(sql: str, params: dict[str, Any]) -> list[Inserted]:
     """Rows of a create statement that answers `created` then NotificationRecord's columns in
     order: read by position, in PostgreSQL's binary format (timestamps and JSON decoded in C,
     about half the cost per row of the text format), on a psycopg cursor of Django's
-    connection (see `_insert_checked`)."""
+    connection (see `_insert_checked`).
+
+    Not through the SQL gateway: binary rows read by position cost 10 µs a row against 18 µs
+    (docs/performance.md, "Second round: the thin create path")."""
     connection.ensure_connection()
     try:
         with psycopg.Cursor(connection.connection) as cursor:
@@ -313,7 +329,7 @@ class NotificationRepository:
                 raise KeyCheckFailed()
             return record
         for _ in range(CREATE_ATTEMPTS):
-            rows = _fetch_created(QUERIES["notification_create"], params)
+            rows = _create(params)
             if rows:
                 (found,) = rows
                 if found.created:
@@ -325,7 +341,10 @@ class NotificationRepository:
         self, *, client_id: uuid.UUID, new: Sequence[NewNotification]
     ) -> list[Inserted]:
         """Inserts every row in one statement; for a key the client already used, answers the
-        row holding it. Keys must be distinct; the answer is in the order of `new`."""
+        row holding it. Keys must be distinct; the answer is in the order of `new`.
+
+        Not through the SQL gateway: the batch create reads binary rows by position for speed
+        (`_fetch_created_in_order`; docs/performance.md, "Second round: the thin create path")."""
         keys = [item.idempotency_key for item in new]
         if len(set(keys)) != len(keys):
             raise ValueError("insert_many needs distinct idempotency keys")
@@ -347,19 +366,19 @@ class NotificationRepository:
         self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None
     ) -> NotificationRecord | None:
         """The row with this id; with `client_id`, only if that client owns it."""
-        rows = _fetch_records(
-            QUERIES["notification_by_id"], {"id": notification_id, "client_id": client_id}
+        return QUERIES.row(
+            "notification_by_id", row=NotificationRecord, id=notification_id, client_id=client_id
         )
-        return rows[0] if rows else None
 
     def get_by_idempotency_key(
         self, *, client_id: uuid.UUID, idempotency_key: str
     ) -> NotificationRecord | None:
-        rows = _fetch_records(
-            QUERIES["notification_by_key"],
-            {"client_id": client_id, "idempotency_key": idempotency_key},
+        return QUERIES.row(
+            "notification_by_key",
+            row=NotificationRecord,
+            client_id=client_id,
+            idempotency_key=idempotency_key,
         )
-        return rows[0] if rows else None
 
     def list_page(
         self,
@@ -391,7 +410,7 @@ class NotificationRepository:
             if after is not None:
                 rows = rows.filter(_position_filter(_OLDER_THAN, after))
             rows = rows.order_by("-created_at", "-id")
-        found = [_record_from_row(row) for row in rows.values(*RECORD_FIELDS)[: limit + 1]]
+        found = [NotificationRecord(**row) for row in rows.values(*RECORD_FIELDS)[: limit + 1]]
         page = found[:limit]
         if before is not None:
             page.reverse()
@@ -401,21 +420,26 @@ class NotificationRepository:
         self, *, notification_id: uuid.UUID, client_id: uuid.UUID, now: datetime
     ) -> NotificationRecord | None:
         """CANCELLED if it was this client's PENDING row; None (and nothing changed) otherwise."""
-        cancelled = _fetch_records(
-            QUERIES["notification_cancel"],
-            {"id": notification_id, "client_id": client_id, "now": now},
+        return QUERIES.row(
+            "notification_cancel",
+            row=NotificationRecord,
+            id=notification_id,
+            client_id=client_id,
+            now=now,
         )
-        return cancelled[0] if cancelled else None
 
     def retry_one(
         self, *, notification_id: uuid.UUID, operator: str, now: datetime
     ) -> NotificationRecord | None:
         """PENDING again (due now, 0 attempts used) if it was FAILED or DEAD_LETTERED; None
         (and nothing changed) otherwise."""
-        retried = _fetch_records(
-            QUERIES["notification_retry"], {"id": notification_id, "operator": operator, "now": now}
+        return QUERIES.row(
+            "notification_retry",
+            row=NotificationRecord,
+            id=notification_id,
+            operator=operator,
+            now=now,
         )
-        return retried[0] if retried else None
 
     def retry_oldest(
         self,
@@ -429,56 +453,56 @@ class NotificationRepository:
     ) -> list[RetriedRow]:
         """Sends up to `limit` of the oldest rows in `status` back to PENDING, skipping rows
         another transaction has locked; returns the rows it changed."""
-        params = {
-            "status": status,
-            "channel": channel,
-            "limit": limit,
-            "operator": operator,
-            "now": now,
-            "retried_before": retried_before,
-        }
-        with connection.cursor() as cursor:
-            cursor.execute(QUERIES["notifications_retry_oldest"], params)
-            return [RetriedRow(*row) for row in cursor.fetchall()]
+        return QUERIES.rows(
+            "notifications_retry_oldest",
+            row=RetriedRow,
+            status=status,
+            channel=channel,
+            limit=limit,
+            operator=operator,
+            now=now,
+            retried_before=retried_before,
+        )
 
     def retryable_count(
         self, *, status: str, channel: str | None, retried_before: datetime | None = None
     ) -> int:
-        params = {"status": status, "channel": channel, "retried_before": retried_before}
-        with connection.cursor() as cursor:
-            cursor.execute(QUERIES["notifications_retryable_count"], params)
-            (count,) = cursor.fetchone()
-        return count
+        return QUERIES.scalar(
+            "notifications_retryable_count",
+            status=status,
+            channel=channel,
+            retried_before=retried_before,
+        )
 
     def prune_cutoff(self, *, older_than_s: float) -> datetime:
         """The database clock now, minus `older_than_s`."""
-        with connection.cursor() as cursor:
-            cursor.execute(QUERIES["notifications_prune_cutoff"], {"older_than_s": older_than_s})
-            (cutoff,) = cursor.fetchone()
-        return cutoff
+        return QUERIES.scalar("notifications_prune_cutoff", older_than_s=older_than_s)
 
     def prune_batch(self, *, cutoff: datetime, after: ListPosition, scan: int) -> PruneStep:
         """Deletes finished rows among the next `scan` rows created before `cutoff`."""
-        params = {
-            "cutoff": cutoff,
-            "after_created_at": after.created_at,
-            "after_id": after.id,
-            "scan": scan,
-        }
-        with connection.cursor() as cursor:
-            cursor.execute(QUERIES["notifications_prune_batch"], params)
-            scanned, deleted, attempts, last_created_at, last_id = cursor.fetchone()
-        position = None if last_id is None else ListPosition(last_created_at, last_id)
-        return PruneStep(scanned, deleted, attempts, position)
+        done = QUERIES.row(
+            "notifications_prune_batch",
+            row=_PruneBatchRow,
+            cutoff=cutoff,
+            after_created_at=after.created_at,
+            after_id=after.id,
+            scan=scan,
+        )
+        position = (
+            None
+            if done.last_id is None
+            else ListPosition(created_at=done.last_created_at, id=done.last_id)
+        )
+        return PruneStep(
+            scanned=done.scanned,
+            deleted=done.deleted,
+            attempts_deleted=done.attempts_deleted,
+            position=position,
+        )
 
     def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int:
         """The client's PENDING rows, counted up to `limit` and no further."""
-        with connection.cursor() as cursor:
-            cursor.execute(
-                QUERIES["client_pending_count"], {"client_id": client_id, "limit": limit}
-            )
-            (count,) = cursor.fetchone()
-        return count
+        return QUERIES.scalar("client_pending_count", client_id=client_id, limit=limit)
 
 
 # Row-value comparisons let PostgreSQL walk the (..., created_at desc, id desc) indexes from the

@@ -26,8 +26,8 @@ RETURNING
 SELECT k.id AS key_id,
        k.hashed_key,
        k.expiry_date IS NOT NULL AND k.expiry_date < notifyqueue_now() AS expired,
-       c.id,
-       c.name,
+       c.id AS client_id,
+       c.name AS client_name,
        c.is_operator,
        c.may_send_critical
   FROM clients_clientapikey AS k

@@ -1,5 +1,10 @@
 -- The API's writes to the notification table. Each statement is one round trip and decides
 -- its race inside PostgreSQL: the unique constraint for creates, the status guard for cancels.
+-- They run through the SQL gateway (notifyqueue/sqlgateway.py), which fills dataclasses by
+-- column name: a statement that answers notifications names NotificationRecord's columns (the
+-- table also holds the worker's claim columns, which that record does not carry). The two
+-- statements of the thin create path (notification_create_checked, notifications_create_many)
+-- are read by position instead (notifications/repositories.py, docs/performance.md).
 
 -- name: notification_create
 -- One round trip for a create: the insert, or, when the client already used the key, the row
@@ -35,9 +40,21 @@ WITH clock AS (
     ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
     RETURNING *
 )
-SELECT true AS created, new.* FROM new
+-- NotificationRecord's columns, by name (the gateway fills its fields from them).
+SELECT true AS created,
+       new.id, new.client_id, new.idempotency_key, new.request_fingerprint, new.status,
+       new.channel, new.recipient, new.subject, new.body, new.priority, new.metadata,
+       new.user_id, new.template, new.payload, new.fallback_channels, new.send_at, new.due_at,
+       new.attempt_count, new.max_attempts, new.last_error, new.sent_at, new.operator_retries,
+       new.created_at, new.updated_at, new.last_retried_at, new.last_retried_by
+  FROM new
 UNION ALL
-SELECT false AS created, n.*
+SELECT false AS created,
+       n.id, n.client_id, n.idempotency_key, n.request_fingerprint, n.status, n.channel,
+       n.recipient, n.subject, n.body, n.priority, n.metadata, n.user_id, n.template,
+       n.payload, n.fallback_channels, n.send_at, n.due_at, n.attempt_count, n.max_attempts,
+       n.last_error, n.sent_at, n.operator_retries, n.created_at, n.updated_at,
+       n.last_retried_at, n.last_retried_by
   FROM notification AS n
  WHERE n.client_id = %(client_id)s
    AND n.idempotency_key = %(idempotency_key)s
@@ -116,7 +133,11 @@ SELECT false AS created,
  WHERE NOT EXISTS (SELECT 1 FROM new WHERE new.idempotency_key = i.idempotency_key);
 
 -- name: notification_by_key
-SELECT * FROM notification
+SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, recipient,
+       subject, body, priority, metadata, user_id, template, payload, fallback_channels,
+       send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
+       created_at, updated_at, last_retried_at, last_retried_by
+  FROM notification
  WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s;
 
 -- name: notifications_by_keys
@@ -125,7 +146,11 @@ SELECT * FROM notification
 
 -- name: notification_by_id
 -- With a client, only that client's row (another client's id reads as missing).
-SELECT * FROM notification
+SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, recipient,
+       subject, body, priority, metadata, user_id, template, payload, fallback_channels,
+       send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
+       created_at, updated_at, last_retried_at, last_retried_by
+  FROM notification
  WHERE id = %(id)s
    AND (%(client_id)s::uuid IS NULL OR client_id = %(client_id)s::uuid);
 
@@ -137,7 +162,10 @@ UPDATE notification
  WHERE id = %(id)s
    AND client_id = %(client_id)s
    AND status = 'PENDING'
-RETURNING *;
+RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, recipient,
+          subject, body, priority, metadata, user_id, template, payload, fallback_channels,
+          send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
+          created_at, updated_at, last_retried_at, last_retried_by;
 
 -- name: client_pending_count
 -- Counts at most `limit` rows, so the cost is bounded by the limit, not by the backlog.
@@ -166,7 +194,10 @@ UPDATE notification
        updated_at = %(now)s
  WHERE id = %(id)s
    AND status IN ('FAILED', 'DEAD_LETTERED')
-RETURNING *;
+RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, recipient,
+          subject, body, priority, metadata, user_id, template, payload, fallback_channels,
+          send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
+          created_at, updated_at, last_retried_at, last_retried_by;
 
 -- name: notifications_retry_oldest
 -- The bulk retry: up to %(limit)s rows in one status (optionally one channel), oldest first,
