@@ -149,3 +149,16 @@ def test_a_single_create_takes_no_idempotency_key_field():
 def test_the_checked_create_returns_the_records_columns_in_order():
     returning = QUERIES["notification_create_checked"].rpartition("RETURNING")[2]
     assert tuple(column.strip() for column in returning.split(",")) == RECORD_FIELDS
+
+
+def test_the_batch_create_answers_created_then_the_records_columns_in_order():
+    # Read by position (_fetch_created_in_order), so both halves of its UNION ALL must list
+    # `created` and then NotificationRecord's columns, in the record's order.
+    text = QUERIES["notifications_create_many"].rpartition("\n)\n")[2]
+    halves = text.split("UNION ALL")
+    assert len(halves) == 2
+    for half, alias in zip(halves, ("new", "n"), strict=True):
+        selected = half.partition("SELECT")[2].partition("\n  FROM")[0]
+        columns = [column.strip() for column in selected.split(",")]
+        assert columns[0] in ("true AS created", "false AS created")
+        assert tuple(column.removeprefix(f"{alias}.") for column in columns[1:]) == RECORD_FIELDS
