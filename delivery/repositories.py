@@ -23,9 +23,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 
 from notifyqueue.sqlgateway import Queries
+
+# The tables every claim and finish writes, whose statistics the worker keeps fresh.
+HOT_TABLES = ("delivery_attempt", "notification", "ratelimit_delivery")
 
 SQL = Queries(Path(__file__).with_name("sql") / "queries.sql")
 
@@ -219,6 +222,19 @@ class DeliveryRepository:
             pid=pid,
             delivered=delivered,
         )
+
+    def statistics_refresh(self, *, changes: int) -> list[str]:
+        """ANALYZEs each hot table that changed by more than `changes` rows since it was last
+        analyzed; returns their names. One worker at a time (a transaction-scoped advisory
+        lock; the others skip). ANALYZE reads a fixed-size sample, so its cost does not grow
+        with the table."""
+        with transaction.atomic():
+            if not SQL.scalar("statistics_refresh_lock"):
+                return []
+            stale = SQL.scalars("statistics_stale_tables", tables=list(HOT_TABLES), changes=changes)
+            for table in stale:
+                SQL.execute(f"analyze_{table}")
+        return stale
 
     def worker_stopped(self, *, worker: str, delivered: int) -> None:
         SQL.execute("worker_heartbeat_stop", worker=worker, delivered=delivered)

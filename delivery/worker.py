@@ -52,6 +52,9 @@ log = logging.getLogger("notifyqueue.delivery")
 
 # The most often a worker writes its INFO summary line.
 LOG_SUMMARY_S = 1.0
+# A hot table changed by more rows than this since its last ANALYZE is analyzed at the next
+# heartbeat (see statistics_refresh).
+STATISTICS_STALE_ROWS = 2_000
 
 
 def worker_id_new() -> str:
@@ -170,6 +173,20 @@ class Worker:
             )
         return len(reclaimed)
 
+    def statistics_refresh(self) -> list[str]:
+        """Keeps the planner's picture of the hot tables within STATISTICS_STALE_ROWS changes
+        of the truth, so a burst of due rows does not make every claim read the whole backlog
+        until autoanalyze comes round. Only an optimisation: errors are logged."""
+        try:
+            refreshed = self.repository.statistics_refresh(changes=STATISTICS_STALE_ROWS)
+        except DatabaseError:
+            log.exception("statistics not refreshed worker=%s", self.worker_id)
+            return []
+        if refreshed:
+            tables = ",".join(refreshed)
+            log.info("statistics refreshed tables=%s worker=%s", tables, self.worker_id)
+        return refreshed
+
     def heartbeat(self) -> None:
         self.repository.worker_heartbeat(
             worker=self.worker_id,
@@ -221,6 +238,7 @@ class Worker:
             self.heartbeat()
             if self.reclaim_expired():
                 self._dry = False
+            self.statistics_refresh()
             self._next_maintenance = time.monotonic() + self.config.heartbeat_s
         self._wake.clear()  # a wake-up from now on ends the wait below at once
         # Claim unless the last claim found nothing more and nothing may have become due
@@ -282,6 +300,11 @@ class Worker:
         ready = [claim for claim in map(self._recheck, claims) if claim is not None]
         batches: dict[int, tuple[Provider, list[tuple[Claim, Allowed | None]]]] = {}
         for claim in self._admit(ready):
+            if self._stopping.is_set():
+                # SIGTERM arrived while the claim was being checked: what has not started is
+                # given back, its attempt returned (contract: run_worker's shutdown).
+                self._finishes.append(claim_release(claim))
+                continue
             if time.monotonic() >= start_by:
                 # Too little of the claim is left for the provider to answer before another
                 # worker may take it over: give it back unsent, its attempt returned.

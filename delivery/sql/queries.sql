@@ -218,6 +218,30 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS head;
 
+-- name: statistics_refresh_lock
+-- One worker at a time refreshes the statistics; the others skip (released at commit).
+SELECT pg_try_advisory_xact_lock(hashtext('notifyqueue:statistics_refresh'));
+
+-- name: statistics_stale_tables
+-- The hot tables whose planner statistics lag behind a burst: more than %(changes)s rows
+-- inserted, updated or deleted since their last ANALYZE. Autoanalyze waits for a fraction of
+-- the table (10 %% by default) and a launcher cycle; a burst of a few thousand rows due at
+-- once is past before that, and until then the planner thinks the partial claim indexes hold
+-- one row and picks plans that read the whole backlog on every claim.
+SELECT relname::text
+FROM pg_stat_user_tables
+WHERE relname = ANY(%(tables)s::text[]) AND n_mod_since_analyze > %(changes)s
+ORDER BY relname;
+
+-- name: analyze_notification
+ANALYZE notification;
+
+-- name: analyze_ratelimit_delivery
+ANALYZE ratelimit_delivery;
+
+-- name: analyze_delivery_attempt
+ANALYZE delivery_attempt;
+
 -- name: worker_heartbeat_upsert
 INSERT INTO worker_heartbeat (worker_id, hostname, pid, started_at, last_seen_at, delivered)
 VALUES (%(worker)s, %(hostname)s, %(pid)s, notifyqueue_now(), notifyqueue_now(), %(delivered)s)

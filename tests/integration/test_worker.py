@@ -467,3 +467,58 @@ def test_until_empty_drains_past_a_fair_claim_that_came_back_short():
     worker = worker_build(concurrency=4, batch_size=10)
     worker.run(until_empty=True)
     assert Notification.objects.filter(status=Status.SENT).count() == 31
+
+
+def test_a_stop_during_the_send_time_checks_gives_the_claim_back_unsent(close_workers):
+    """SIGTERM (stop()) arrives while the loop is admitting its claim: nothing of that claim is
+    started; every row is back to PENDING with its attempt and rate-limit slot returned."""
+    from ratelimits.models import RecipientDelivery
+    from ratelimits.repositories import RateLimitRepository
+    from ratelimits.services import RateLimit
+
+    worker = worker_build(concurrency=4, batch_size=4)
+
+    class StoppedMidway(RateLimitRepository):
+        def recipients_admit(self, **kwargs):
+            admitted = super().recipients_admit(**kwargs)
+            worker.stop()
+            return admitted
+
+    notifications = NotificationFactory.create_batch(3, client=ClientFactory())
+    worker.config = dataclasses.replace(worker.config, rate_limit=RateLimit(limit=10, window_s=60))
+    worker.rate_limits = StoppedMidway()
+    close_workers(worker)
+    assert worker.run_once().claimed == 3
+    for notification in notifications:
+        notification.refresh_from_db()
+        assert (notification.status, notification.attempt_count) == (Status.PENDING, 0)
+    assert not SimulatedProviderMessage.objects.exists()
+    assert set(DeliveryAttempt.objects.values_list("outcome", flat=True)) == {Outcome.RELEASED}
+    assert not RecipientDelivery.objects.exists()
+
+
+def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_heartbeat():
+    """Autoanalyze waits for 10 % of a table to change; until it comes round the planner
+    thinks a burst of due rows is one row and every claim reads the whole backlog. The
+    worker's maintenance analyzes a hot table once it changed by more than
+    STATISTICS_STALE_ROWS rows, one worker at a time, and leaves it alone otherwise."""
+    from django.db import connection
+
+    from delivery.worker import STATISTICS_STALE_ROWS
+
+    def changes_since_analyze() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+            cursor.execute(
+                "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = 'notification'"
+            )
+            return cursor.fetchone()[0]
+
+    NotificationFactory.create_batch(STATISTICS_STALE_ROWS + 100, client=ClientFactory())
+    deadline = time.monotonic() + 10
+    while changes_since_analyze() <= STATISTICS_STALE_ROWS and time.monotonic() < deadline:
+        time.sleep(0.1)  # the counters reach pg_stat_user_tables at the end of a transaction
+    worker = worker_build()
+    assert "notification" in worker.statistics_refresh()
+    assert changes_since_analyze() < STATISTICS_STALE_ROWS
+    assert "notification" not in worker.statistics_refresh()
