@@ -230,7 +230,9 @@ def table_print(figures: dict[str, Figure]) -> None:
     rows = [header]
     for f in figures.values():
         row = [f.name, f.unit, spread(f.ours)]
-        if f.versus:
+        if f.versus and f.versus not in figures:  # --only left the compared row out
+            row += [f"ours, [{f.versus}]: not measured in this run", "-", "", ""]
+        elif f.versus:
             other = figures[f.versus]
             row += [f"ours, [{f.versus}]: {spread(other.ours)}", ratio(f.ours, other.ours)]
             row += ["", ""]
