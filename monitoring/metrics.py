@@ -86,7 +86,7 @@ class _Finished(Protocol):
 class DeliveryMetrics:
     """What a worker reports about its deliveries.
 
-    `attempt_finished` runs on a delivery thread when the provider has answered; it observes
+    `attempt_finished` runs on the worker's loop when the provider has answered; it observes
     the duration and remembers the claim's channel. `results_recorded` runs once the finishing
     statement has said which results it applied: only those count as finished (a stale result
     from a worker whose claim was taken over changed nothing, so it counts nothing).

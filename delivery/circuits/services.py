@@ -64,8 +64,9 @@ class Circuit:
         self.name = name
         self.policy = policy
         self.repository = repository or CircuitRepository()
-        # Shared by this worker's delivery threads; a stale reading is harmless because every
-        # change of state is decided by a guarded UPDATE in the repository.
+        # The worker's loop is its only user, but a circuit stays safe to share between
+        # threads; a stale reading is harmless because every change of state is decided by a
+        # guarded UPDATE in the repository.
         self._lock = threading.Lock()
         self._reading: CircuitReading | None = None
         self._read_at = -math.inf

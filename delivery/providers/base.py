@@ -60,7 +60,7 @@ class Provider(Protocol):
 class BatchProvider(Provider, Protocol):
     """A provider whose sending is a write to our own database (the simulated provider, the
     in-app inbox): the worker hands it a whole claim at once, on its loop, instead of one
-    message per delivery thread."""
+    message per send thread."""
 
     def send_batch(self, messages: list[Message]) -> list[ProviderResult]:
         """One answer per message, in order."""
