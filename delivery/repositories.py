@@ -223,15 +223,20 @@ class DeliveryRepository:
             delivered=delivered,
         )
 
-    def statistics_refresh(self, *, changes: int) -> list[str]:
-        """ANALYZEs each hot table that changed by more than `changes` rows since it was last
-        analyzed; returns their names. One worker at a time (a transaction-scoped advisory
-        lock; the others skip). ANALYZE reads a fixed-size sample, so its cost does not grow
-        with the table."""
+    def statistics_refresh(self, *, changes: int, fraction: float) -> list[str]:
+        """ANALYZEs each hot table that changed by more than `changes` rows, and more than
+        `fraction` of its rows, since it was last analyzed; returns their names. One worker at
+        a time (a transaction-scoped advisory lock; the others skip). ANALYZE reads a
+        fixed-size sample, so its cost does not grow with the table."""
         with transaction.atomic():
             if not SQL.scalar("statistics_refresh_lock"):
                 return []
-            stale = SQL.scalars("statistics_stale_tables", tables=list(HOT_TABLES), changes=changes)
+            stale = SQL.scalars(
+                "statistics_stale_tables",
+                tables=list(HOT_TABLES),
+                changes=changes,
+                fraction=fraction,
+            )
             for table in stale:
                 SQL.execute(f"analyze_{table}")
         return stale

@@ -223,14 +223,16 @@ CROSS JOIN LATERAL (
 SELECT pg_try_advisory_xact_lock(hashtext('notifyqueue:statistics_refresh'));
 
 -- name: statistics_stale_tables
--- The hot tables whose planner statistics lag behind a burst: more than %(changes)s rows
--- inserted, updated or deleted since their last ANALYZE. Autoanalyze waits for a fraction of
--- the table (10 %% by default) and a launcher cycle; a burst of a few thousand rows due at
--- once is past before that, and until then the planner thinks the partial claim indexes hold
--- one row and picks plans that read the whole backlog on every claim.
+-- The hot tables whose planner statistics lag behind a burst: more rows inserted, updated or
+-- deleted since their last ANALYZE than %(changes)s and than %(fraction)s of the table.
+-- Autoanalyze waits for 10 %% of the table and a launcher cycle (a minute); a burst of rows due
+-- at once is past before that, and until then the planner thinks the partial claim indexes
+-- hold one row and may pick plans that read the whole backlog on every claim. The fraction
+-- keeps a large table from being analyzed (a sample of up to 30,000 pages) every heartbeat.
 SELECT relname::text
 FROM pg_stat_user_tables
-WHERE relname = ANY(%(tables)s::text[]) AND n_mod_since_analyze > %(changes)s
+WHERE relname = ANY(%(tables)s::text[])
+  AND n_mod_since_analyze > greatest(%(changes)s, %(fraction)s * n_live_tup)
 ORDER BY relname;
 
 -- name: analyze_notification

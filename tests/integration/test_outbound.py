@@ -21,20 +21,7 @@ from notifyqueue.outbound import (
     outbound_post_to,
     outbound_target_resolve,
 )
-from tests.support.http_servers import Request, ScriptedHTTPServer, answer, http_answer
-
-
-@pytest.fixture
-def raw_server():
-    servers = []
-
-    def start(*scripts, default=None):
-        servers.append(ScriptedHTTPServer(*scripts, default=default))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
+from tests.support.http_servers import Request, answer, http_answer
 
 
 def post(url: str, **kwargs):

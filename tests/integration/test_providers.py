@@ -17,7 +17,7 @@ from delivery.providers.base import Accepted, Message, PermanentFailure, Tempora
 from delivery.providers.http import MESSAGE_ID_MAX_CHARS, HttpProvider
 from delivery.providers.simulated import SimulatedProvider
 from delivery.providers.smtp import SmtpProvider
-from tests.support.http_servers import ScriptedHTTPServer, answer, http_answer
+from tests.support.http_servers import answer, http_answer
 
 
 def message(recipient: str = "ada@example.com", channel: str = "email") -> Message:
@@ -128,19 +128,6 @@ def test_http_provider_connection_refused_is_temporary():
     port = free_port()  # nothing listens there
     result = HttpProvider(url=f"http://127.0.0.1:{port}/", timeout_s=1).send(message())
     assert result == TemporaryFailure("connection refused")
-
-
-@pytest.fixture
-def raw_server():
-    servers = []
-
-    def start(*scripts, default=None):
-        servers.append(ScriptedHTTPServer(*scripts, default=default))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 def http_send(url: str, *, timeout_s: float = 2.0, allow_private: bool = True):

@@ -1,0 +1,19 @@
+"""Fixtures shared by the integration tests."""
+
+import pytest
+
+from tests.support.http_servers import ScriptedHTTPServer
+
+
+@pytest.fixture
+def raw_server():
+    """Starts ScriptedHTTPServers (raw answers, any bytes) on loopback; closes them after."""
+    servers = []
+
+    def start(*scripts, default=None):
+        servers.append(ScriptedHTTPServer(*scripts, default=default))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
