@@ -223,9 +223,9 @@ class DeliveryRepository:
             delivered=delivered,
         )
 
-    def statistics_refresh(self, *, changes: int, interval_s: float) -> list[str]:
-        """ANALYZEs each hot table that changed by more than `changes` rows since it was last
-        analyzed, at most once per `interval_s`; returns their names. One worker at
+    def statistics_refresh(self, *, changes: int, fraction: float) -> list[str]:
+        """ANALYZEs each hot table that changed by more than `changes` rows and more than
+        `fraction` of its rows since it was last analyzed; returns their names. One worker at
         a time (a transaction-scoped advisory lock; the others skip). ANALYZE reads a
         fixed-size sample, so its cost does not grow with the table."""
         with transaction.atomic():
@@ -235,7 +235,7 @@ class DeliveryRepository:
                 "statistics_stale_tables",
                 tables=list(HOT_TABLES),
                 changes=changes,
-                interval_s=interval_s,
+                fraction=fraction,
             )
             for table in stale:
                 SQL.execute(f"analyze_{table}")

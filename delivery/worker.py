@@ -52,10 +52,10 @@ log = logging.getLogger("notifyqueue.delivery")
 
 # The most often a worker writes its INFO summary line.
 LOG_SUMMARY_S = 1.0
-# A hot table changed by more rows than this since its last ANALYZE is analyzed at the next
-# heartbeat, at most once per STATISTICS_INTERVAL_S (see statistics_refresh).
+# A hot table changed by more rows than this, and than this fraction of its rows, since its
+# last ANALYZE is analyzed at the next heartbeat (see statistics_refresh).
 STATISTICS_STALE_ROWS = 2_000
-STATISTICS_INTERVAL_S = 30.0
+STATISTICS_STALE_FRACTION = 0.01
 
 
 def worker_id_new() -> str:
@@ -176,12 +176,12 @@ class Worker:
 
     def statistics_refresh(self) -> list[str]:
         """Keeps the planner's picture of the hot tables within STATISTICS_STALE_ROWS changes
-        (at most once per STATISTICS_INTERVAL_S) of the truth, so a burst of due rows does
+        (and STATISTICS_STALE_FRACTION of the table) of the truth, so a burst of due rows does
         not make every claim read the whole backlog
         until autoanalyze comes round. Only an optimisation: errors are logged."""
         try:
             refreshed = self.repository.statistics_refresh(
-                changes=STATISTICS_STALE_ROWS, interval_s=STATISTICS_INTERVAL_S
+                changes=STATISTICS_STALE_ROWS, fraction=STATISTICS_STALE_FRACTION
             )
         except DatabaseError:
             log.exception("statistics not refreshed worker=%s", self.worker_id)

@@ -223,20 +223,16 @@ CROSS JOIN LATERAL (
 SELECT pg_try_advisory_xact_lock(hashtext('notifyqueue:statistics_refresh'));
 
 -- name: statistics_stale_tables
--- The hot tables whose planner statistics lag behind a burst: more than %(changes)s rows
--- inserted, updated or deleted since their last ANALYZE, and not analyzed (by us or by
--- autoanalyze) in the last %(interval_s)s seconds. Autoanalyze waits for 10 %% of the table and
--- a launcher cycle (a minute); a burst of rows due at once is past before that, and until then
--- the planner thinks the claim indexes hold one row and may pick plans that read the whole
--- backlog on every claim. The interval keeps a large table from being sampled (up to 30,000
--- pages) at every heartbeat of a long drain. Real time (now()), not the injected clock: this
--- is about the planner, not about when anything is due.
+-- The hot tables whose planner statistics lag behind a burst: more rows inserted, updated or
+-- deleted since their last ANALYZE than %(changes)s and than %(fraction)s of the table.
+-- Autoanalyze waits for 10 %% of the table and a launcher cycle (a minute); a burst of rows due
+-- at once is past before that, and until then the planner thinks the claim indexes hold one
+-- row and may pick plans that read the whole backlog on every claim. The fraction keeps a
+-- large table from being sampled (up to 30,000 pages) at every heartbeat of a long drain.
 SELECT relname::text
 FROM pg_stat_user_tables
 WHERE relname = ANY(%(tables)s::text[])
-  AND n_mod_since_analyze > %(changes)s
-  AND coalesce(greatest(last_analyze, last_autoanalyze), '-infinity')
-      < now() - make_interval(secs => %(interval_s)s)
+  AND n_mod_since_analyze > greatest(%(changes)s, %(fraction)s * n_live_tup)
 ORDER BY relname;
 
 -- name: analyze_notification
