@@ -177,8 +177,8 @@ class Worker:
     def statistics_refresh(self) -> list[str]:
         """Keeps the planner's picture of the hot tables within STATISTICS_STALE_ROWS changes
         (and STATISTICS_STALE_FRACTION of the table) of the truth, so a burst of due rows does
-        not make every claim read the whole backlog
-        until autoanalyze comes round. Only an optimisation: errors are logged."""
+        not make every claim read the whole backlog until autoanalyze comes round. Only an
+        optimisation: errors are logged."""
         try:
             refreshed = self.repository.statistics_refresh(
                 changes=STATISTICS_STALE_ROWS, fraction=STATISTICS_STALE_FRACTION
