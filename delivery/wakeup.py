@@ -71,7 +71,7 @@ def _connect() -> psycopg.Connection:
         params = {
             key: value
             for key, value in connection.get_connection_params().items()
-            if key not in {"cursor_factory", "context", "prepare_threshold", "pool"}
+            if key not in {"cursor_factory", "context", "prepare_threshold"}
         }
         conn = psycopg.connect(**params, autocommit=True)
     conn.execute(f"LISTEN {WAKEUP_CHANNEL}")

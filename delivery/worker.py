@@ -25,7 +25,6 @@ counted), one DEBUG line per attempt, and a WARNING for what an operator should 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 import socket
@@ -142,7 +141,12 @@ class Worker:
         for sent in self._sends.collect(wait_s):
             self._finishes.append(self._settle(sent))
         claimed = 0
-        free = min(self.config.batch_size, self._sends.free if not self._all_batch else math.inf)
+        # Batch providers finish within the step: only send threads limit what may be claimed.
+        free = (
+            self.config.batch_size
+            if self._all_batch
+            else min(self.config.batch_size, self._sends.free)
+        )
         if claim and not self._stopping.is_set() and free > 0:
             claimed_at = time.monotonic()
             claims = self.repository.notification_claim_due(

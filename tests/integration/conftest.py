@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.support.http_servers import ScriptedHTTPServer
+from tests.support.http_servers import LoopbackProvider, ScriptedHTTPServer
 
 
 @pytest.fixture
@@ -17,3 +17,12 @@ def raw_server():
     yield start
     for server in servers:
         server.close()
+
+
+@pytest.fixture
+def loopback():
+    """A LoopbackProvider on 127.0.0.1 (idempotency keys honoured; `hold` to stall it)."""
+    server = LoopbackProvider()
+    server.url = server.start()
+    yield server
+    server.stop()

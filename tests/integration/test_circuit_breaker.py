@@ -20,7 +20,6 @@ from tests.integration.test_worker_process import wait_for, worker_process
 from tests.support.clock import DbClock
 from tests.support.delivery_helpers import FakeClock, worker_build
 from tests.support.factories import ClientFactory, NotificationFactory
-from tests.support.http_servers import LoopbackProvider
 from tests.support.races import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -212,14 +211,6 @@ def test_a_permanent_rejection_or_success_ends_a_failure_run(breaker_worker):
     NotificationFactory(recipient="permanent-failure@example.com", due_at=clock.now)
     deliver_due(worker)
     assert (circuit(EMAIL).state, circuit(EMAIL).consecutive_failures) == (CircuitState.CLOSED, 0)
-
-
-@pytest.fixture
-def loopback():
-    server = LoopbackProvider()
-    server.url = server.start()
-    yield server
-    server.stop()
 
 
 @pytest.mark.slow

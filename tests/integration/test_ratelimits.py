@@ -309,3 +309,57 @@ def test_a_backlogged_recipient_is_not_claimed_and_deferred_over_and_over(clock,
     # The first batch of 100 defers 90; after that, each claim of this recipient is a send.
     assert deferrals <= 100
     assert claims.count() <= 100 + sent
+
+
+def test_a_claims_admission_counts_its_own_earlier_rows_critical_included(clock):
+    """One claim, one recipient, limit 3, one delivery already in the window; the claim holds
+    a CRITICAL, then three NORMAL rows (claim order = id order): the CRITICAL goes and counts,
+    so only the first NORMAL fits. Row by row and set-based give the same answer."""
+    import uuid
+
+    from ratelimits.repositories import AdmissionRequest
+
+    client = ClientFactory()
+    recipient = "ada@example.com"
+    window_fill(recipient, NotificationFactory(client=client, recipient=recipient), clock.now)
+    rows = sorted(
+        NotificationFactory.create_batch(4, client=client, recipient=recipient),
+        key=lambda n: n.id,
+    )
+    claims = [
+        AdmissionRequest("email", client.id, recipient, n.id, uuid.uuid4(), critical=i == 0)
+        for i, n in enumerate(rows)
+    ]
+    admitted = RateLimitRepository().recipients_admit(claims=claims, limit=3, window_s=WINDOW_S)
+    assert admitted == {rows[0].id, rows[1].id}
+    assert window_count(recipient) == 3
+
+
+def test_two_claims_admitting_the_same_keys_in_opposite_orders_never_deadlock(clock):
+    """Two workers admit claims that share 40 recipients, listed in opposite orders, 10 times
+    at the same moment: the keys are locked in one global order, so no statement fails with
+    a deadlock, and no recipient gets more than its limit."""
+    import uuid
+
+    from ratelimits.repositories import AdmissionRequest
+
+    client = ClientFactory()
+    recipients = [f"both{i}@example.com" for i in range(40)]
+    limits = RateLimitRepository()
+    for _ in range(10):
+        claims = [
+            [
+                AdmissionRequest("email", client.id, r, n.id, uuid.uuid4(), critical=False)
+                for r in recipients
+                for n in [NotificationFactory(client=client, recipient=r)]
+            ]
+            for _ in range(2)
+        ]
+        claims[1].reverse()
+
+        def admit(i, barrier, claims=claims):
+            barrier.wait()
+            return limits.recipients_admit(claims=claims[i], limit=3, window_s=WINDOW_S)
+
+        run_in_threads(2, admit)  # a deadlock would raise here
+    assert max(window_count(r) for r in recipients) == 3

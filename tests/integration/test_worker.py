@@ -523,3 +523,27 @@ def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_heartbeat():
     assert "notification" in worker.statistics_refresh()
     assert changes_since_analyze() < STATISTICS_STALE_ROWS
     assert "notification" not in worker.statistics_refresh()  # nothing changed since
+
+
+def test_a_batch_provider_that_raises_fails_each_row_of_its_batch_temporarily(close_workers):
+    """A provider that takes a whole claim at once raises: whether any was sent is unknown,
+    so every row of the batch is a failed attempt, retried later under the same key; the
+    claim never waits out its timeout."""
+
+    class Exploding:
+        name = "exploding"
+
+        def send(self, message):
+            raise AssertionError("the worker hands this provider whole batches")
+
+        def send_batch(self, messages):
+            raise RuntimeError("store unreachable")
+
+    notifications = NotificationFactory.create_batch(3, client=ClientFactory())
+    worker = worker_build(providers={"email": Exploding()}, concurrency=1, batch_size=3)
+    close_workers(worker)
+    assert worker.run_once().claimed == 3  # one step: a batch provider finishes within it
+    for notification in notifications:
+        notification.refresh_from_db()
+        assert (notification.status, notification.attempt_count) == (Status.PENDING, 1)
+        assert notification.last_error == "exploding provider raised RuntimeError"

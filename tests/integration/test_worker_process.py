@@ -14,18 +14,9 @@ import pytest
 from delivery.models import DeliveryAttempt, Outcome
 from notifications.models import Notification, Status
 from tests.support.factories import ClientFactory, NotificationFactory
-from tests.support.http_servers import LoopbackProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def provider():
-    server = LoopbackProvider()
-    server.url = server.start()
-    yield server
-    server.stop()
 
 
 def worker_process(database_url: str, provider_url: str, *args: str, **env: str):
@@ -59,32 +50,32 @@ def wait_for(predicate, timeout_s: float = 10.0, what: str = "condition"):
 
 
 def test_worker_killed_after_the_provider_accepted_is_sent_once_after_its_claim_expires(
-    provider, database_url
+    loopback, database_url
 ):
     notification = NotificationFactory(client=ClientFactory(), metadata={"order": "A-17"})
-    provider.hold = True  # the provider accepts, then the worker dies before hearing back
+    loopback.hold = True  # the provider accepts, then the worker dies before hearing back
     first = worker_process(
         database_url,
-        provider.url,
+        loopback.url,
         "--concurrency",
         "1",
         NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS="1",
         NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS="0.5",
     )
     try:
-        assert provider.received.wait(20), "the first worker never called the provider"
+        assert loopback.received.wait(20), "the first worker never called the provider"
     finally:
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=10)
     notification.refresh_from_db()
     assert notification.status == Status.PROCESSING  # nothing was recorded
-    provider.hold = False
-    provider.release.set()
+    loopback.hold = False
+    loopback.release.set()
 
     time.sleep(1.1)  # let the dead worker's claim expire
     second = worker_process(
         database_url,
-        provider.url,
+        loopback.url,
         "--until-empty",
         NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS="1",
         NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS="0.5",
@@ -95,8 +86,8 @@ def test_worker_killed_after_the_provider_accepted_is_sent_once_after_its_claim_
     notification.refresh_from_db()
     assert (notification.status, notification.attempt_count) == (Status.SENT, 2)
     key = f"{notification.id}:email"
-    assert [call.key for call in provider.calls] == [key, key]  # the same key both times
-    assert provider.calls[0].body == {
+    assert [call.key for call in loopback.calls] == [key, key]  # the same key both times
+    assert loopback.calls[0].body == {
         "id": str(notification.id),
         "channel": "email",
         "recipient": notification.recipient,
@@ -104,24 +95,24 @@ def test_worker_killed_after_the_provider_accepted_is_sent_once_after_its_claim_
         "body": notification.body,
         "metadata": {"order": "A-17"},
     }
-    assert len(provider.sent) == 1  # so the provider sent the message once
+    assert len(loopback.sent) == 1  # so the provider sent the message once
     attempts = list(DeliveryAttempt.objects.filter(notification=notification).order_by("number"))
     assert [a.outcome for a in attempts] == [Outcome.ABANDONED, Outcome.SENT]
-    assert attempts[1].provider_message_id == provider.sent[key]
+    assert attempts[1].provider_message_id == loopback.sent[key]
 
 
 def test_a_worker_claims_only_what_it_can_start_and_sigterm_finishes_the_one_in_flight(
-    provider, database_url
+    loopback, database_url
 ):
     """Batch size 5 but one delivery slot: one claim, the other four stay PENDING with no
     attempt used (nothing waits in the worker under a running claim). SIGTERM lets the send in
     flight finish and be recorded, then the process exits 0."""
     client = ClientFactory()
     notifications = NotificationFactory.create_batch(5, client=client)
-    provider.hold = True
-    worker = worker_process(database_url, provider.url, "--concurrency", "1", "--batch-size", "5")
+    loopback.hold = True
+    worker = worker_process(database_url, loopback.url, "--concurrency", "1", "--batch-size", "5")
     try:
-        assert provider.received.wait(20), "the worker never called the provider"
+        assert loopback.received.wait(20), "the worker never called the provider"
         time.sleep(0.5)  # ten poll intervals: time enough to claim more if it would
         assert Notification.objects.filter(status=Status.PROCESSING).count() == 1
         pending = Notification.objects.filter(status=Status.PENDING)
@@ -130,13 +121,13 @@ def test_a_worker_claims_only_what_it_can_start_and_sigterm_finishes_the_one_in_
         time.sleep(0.3)
         assert worker.poll() is None  # still finishing the delivery in flight
     finally:
-        provider.release.set()
+        loopback.release.set()
     output, _ = worker.communicate(timeout=30)
     assert worker.returncode == 0, output
 
     statuses = sorted(Notification.objects.values_list("status", flat=True))
     assert statuses == [Status.PENDING] * 4 + [Status.SENT]
-    assert len(provider.calls) == 1
+    assert len(loopback.calls) == 1
     attempts = DeliveryAttempt.objects.all()
     assert [(a.outcome, a.notification_id in {n.id for n in notifications}) for a in attempts] == [
         (Outcome.SENT, True)
