@@ -28,7 +28,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, transacti
 from notifyqueue.sqlgateway import Queries
 
 # The tables every claim and finish writes, whose statistics the worker keeps fresh.
-HOT_TABLES = ("delivery_attempt", "notification", "ratelimit_delivery")
+HOT_TABLES = ("delivery_attempt", "notification", "notification_queue", "ratelimit_delivery")
 
 SQL = Queries(Path(__file__).with_name("sql") / "queries.sql")
 

@@ -1,4 +1,4 @@
-"""The notification row: the queue and the record of each request are the same table.
+"""The notification record, and the narrow queue table that indexes it by status and due time.
 
 Invariants held by the database itself (see docs/technical-design.md):
 - one row per (client, idempotency_key);
@@ -118,39 +118,11 @@ class Notification(models.Model):
             ),
         ]
         indexes = [
-            # The claim reads the head of this index; it holds only waiting rows, so it stays
-            # small however many finished rows accumulate.
-            models.Index(
-                fields=["priority", "due_at", "created_at"],
-                name="notification_pending_claim",
-                condition=Q(status=Status.PENDING),
-            ),
-            # The fair claim (delivery/sql/queries.sql): a loose index scan over the
-            # (priority, client) pairs that have waiting rows, then each pair's due range.
-            models.Index(
-                fields=["priority", "client", "due_at", "created_at"],
-                name="notification_pending_client",
-                condition=Q(status=Status.PENDING),
-            ),
-            # The reaper looks for claims that expired.
-            models.Index(
-                fields=["claim_expires_at"],
-                name="notification_claim_expiry",
-                condition=Q(status=Status.PROCESSING),
-            ),
-            # A client's listing, newest first, and its filtered variants.
+            # None of these names a column that a claim, a finish or a retry changes (status,
+            # due time, claim), so those updates are HOT: they write no index entry of this
+            # wide table. Every look-up by status or due time reads NotificationQueue instead.
+            # A client's listing, newest first.
             models.Index(fields=["client", "-created_at", "-id"], name="notification_client_list"),
-            models.Index(
-                fields=["client", "status", "-created_at", "-id"],
-                name="notification_client_status",
-            ),
-            # The create's backlog check counts one client's PENDING rows up to a limit; this
-            # holds exactly those rows, so the count is an index-only scan of at most limit+1.
-            models.Index(
-                fields=["client"],
-                name="notification_client_pending",
-                condition=Q(status=Status.PENDING),
-            ),
             # An operator's listing across every client, newest first.
             models.Index(fields=["-created_at", "-id"], name="notification_recent"),
             # The list's recipient filter. A hash index because a push token can be longer than
@@ -166,16 +138,6 @@ class Notification(models.Model):
                 name="notification_rate_held",
                 condition=Q(rate_deferred_from__isnull=False),
             ),
-            # What an operator retries: the dead-letter queue and permanent failures, oldest
-            # first (bulk retry), newest first (the admin's status filter), and counted by
-            # /status and /metrics (by channel and priority, index-only thanks to INCLUDE).
-            # Partial, so the far larger SENT rows are not in it.
-            models.Index(
-                fields=["status", "created_at", "id"],
-                include=["channel", "priority"],
-                name="notification_operator_queue",
-                condition=Q(status__in=[Status.FAILED, Status.DEAD_LETTERED]),
-            ),
             # The admin's search by idempotency key across every client (the unique index
             # leads with client_id, so it cannot serve a search without one).
             models.Index(fields=["idempotency_key"], name="notification_idempotency_key"),
@@ -183,3 +145,84 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel}:{self.recipient} [{self.status}]"
+
+
+# The statuses a NotificationQueue row can have: every status but SENT.
+QUEUED_STATUSES = tuple(status for status in Status.values if status != Status.SENT)
+
+
+class NotificationQueue(models.Model):
+    """Every notification not SENT, narrow: what the claim, the reaper, the backlog check and
+    every read by status go through, so that the wide record keeps no index on a column those
+    change.
+
+    Written only by the triggers on `notification` (migration notifications 0009), in the same
+    statement that changes the record, under that record's row lock; never written directly.
+    A row is the record's copy of status, priority, channel, due time, creation time and claim
+    expiry; a record that becomes SENT leaves this table, so it holds the backlog, the claims in
+    flight and the rows an operator may act on (FAILED, DEAD_LETTERED), and its size does not
+    grow with delivered history. Statements that lock a notification lock the record (`FOR
+    UPDATE OF n`), never this row, so lock order is always record first.
+    """
+
+    notification = models.OneToOneField(
+        Notification,
+        primary_key=True,
+        db_column="id",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="queue_entry",
+    )
+    client_id = models.UUIDField()
+    status = models.CharField(max_length=16, choices=Status.choices)
+    priority = models.SmallIntegerField(choices=Priority.choices)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    due_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+    claim_expires_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "notification_queue"
+        indexes = [
+            # The claim's loose index scan over the (priority, client) pairs that have waiting
+            # rows, then each pair's due range (delivery/sql/queries.sql).
+            models.Index(
+                fields=["priority", "client_id", "due_at", "created_at"],
+                name="queue_pending_client",
+                condition=Q(status=Status.PENDING),
+            ),
+            # The earliest due row of each priority (the worker's next wake-up, /status).
+            models.Index(
+                fields=["priority", "due_at"],
+                name="queue_pending_due",
+                condition=Q(status=Status.PENDING),
+            ),
+            # The reaper looks for claims that expired.
+            models.Index(
+                fields=["claim_expires_at"],
+                name="queue_claim_expiry",
+                condition=Q(status=Status.PROCESSING),
+            ),
+            # A client's listing by status, newest first, and its backlog count (PENDING).
+            # This index and the next leave PROCESSING rows out: a claim (PENDING to
+            # PROCESSING) then writes only the primary key's and queue_claim_expiry's entries.
+            # PROCESSING rows (at most workers x batch) are listed and counted from
+            # queue_claim_expiry.
+            models.Index(
+                fields=["client_id", "status", "-created_at", "-notification"],
+                name="queue_client_status",
+                condition=~Q(status=Status.PROCESSING),
+            ),
+            # By status across every client: the operator's listing and retries (FAILED,
+            # DEAD_LETTERED, oldest first) and the counts of /status and /metrics by priority
+            # and channel (index-only thanks to INCLUDE).
+            models.Index(
+                fields=["status", "created_at", "notification"],
+                include=["channel", "priority"],
+                name="queue_status",
+                condition=~Q(status=Status.PROCESSING),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.notification_id} [{self.status}]"

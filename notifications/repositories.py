@@ -36,7 +36,7 @@ from django.db import IntegrityError, connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from notifications.models import Notification, Priority
+from notifications.models import QUEUED_STATUSES, Notification, Priority
 from notifyqueue.errors import InvalidRequest
 from notifyqueue.sqlgateway import Queries
 
@@ -397,6 +397,15 @@ class NotificationRepository:
         rows = Notification.objects.all()
         if client_id is not None:
             rows = rows.filter(client_id=client_id)
+        # Every status but SENT is read through the narrow queue table's indexes (by client:
+        # client_id, status, created_at, id; across clients: status, created_at, id), which
+        # order the page themselves; SENT rows, the bulk, are the client's newest rows
+        # filtered (notification_client_list).
+        queued = filters.status in QUEUED_STATUSES
+        if queued:
+            rows = rows.filter(queue_entry__status=filters.status)
+            if client_id is not None:
+                rows = rows.filter(queue_entry__client_id=client_id)
         conditions = {
             "status": filters.status,
             "channel": filters.channel,
@@ -404,12 +413,15 @@ class NotificationRepository:
             "priority": None if filters.priority is None else int(filters.priority),
         }
         rows = rows.filter(**{k: v for k, v in conditions.items() if v is not None})
+        table = '"notification_queue"' if queued else '"notification"'
+        created_at = "queue_entry__created_at" if queued else "created_at"
         if before is not None:
-            rows = rows.filter(_position_filter(_NEWER_THAN, before)).order_by("created_at", "id")
+            rows = rows.filter(_position_filter(_NEWER_THAN.format(table=table), before))
+            rows = rows.order_by(created_at, "id")
         else:
             if after is not None:
-                rows = rows.filter(_position_filter(_OLDER_THAN, after))
-            rows = rows.order_by("-created_at", "-id")
+                rows = rows.filter(_position_filter(_OLDER_THAN.format(table=table), after))
+            rows = rows.order_by(f"-{created_at}", "-id")
         found = [NotificationRecord(**row) for row in rows.values(*RECORD_FIELDS)[: limit + 1]]
         page = found[:limit]
         if before is not None:
@@ -507,8 +519,8 @@ class NotificationRepository:
 
 # Row-value comparisons let PostgreSQL walk the (..., created_at desc, id desc) indexes from the
 # position onwards, which an OR of two conditions would not.
-_OLDER_THAN = '("notification"."created_at", "notification"."id") < (%s, %s)'
-_NEWER_THAN = '("notification"."created_at", "notification"."id") > (%s, %s)'
+_OLDER_THAN = '({table}."created_at", {table}."id") < (%s, %s)'
+_NEWER_THAN = '({table}."created_at", {table}."id") > (%s, %s)'
 
 
 def _position_filter(sql: str, position: ListPosition) -> RawSQL:

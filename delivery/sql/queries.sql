@@ -13,14 +13,15 @@
 -- its second, ..., each client's own rows by due time. So one client's backlog at a priority
 -- never holds another client's rows behind it.
 --   pairs: the (priority, client) pairs that have waiting rows, found by a loose index scan of
---          notification_pending_client (one probe per pair, however many rows each has);
+--          queue_pending_client on notification_queue (one probe per pair, however many rows
+--          each has);
 --   share: per priority, ceil(limit / number of clients with a due row): no client can take
 --          more than its share of one claim while others wait (a claim left short by a
 --          client with fewer due rows is filled by the next claim);
 --   head:  each pair's due rows, at most its share, locked with SKIP LOCKED.
 -- The cost grows with the number of clients that have waiting rows, not with the rows.
 WITH RECURSIVE pairs AS (
-    (SELECT priority, client_id FROM notification
+    (SELECT priority, client_id FROM notification_queue
      WHERE status = 'PENDING'
      ORDER BY priority, client_id
      LIMIT 1)
@@ -28,7 +29,7 @@ WITH RECURSIVE pairs AS (
     SELECT following.priority, following.client_id
     FROM pairs AS pr
     CROSS JOIN LATERAL (
-        SELECT priority, client_id FROM notification
+        SELECT priority, client_id FROM notification_queue
         WHERE status = 'PENDING' AND (priority, client_id) > (pr.priority, pr.client_id)
         ORDER BY priority, client_id
         LIMIT 1
@@ -37,22 +38,26 @@ WITH RECURSIVE pairs AS (
     SELECT pr.priority, pr.client_id,
            ceil(%(limit)s::numeric / count(*) OVER (PARTITION BY pr.priority))::int AS share
     FROM pairs AS pr
-    WHERE EXISTS (SELECT 1 FROM notification AS n
-                  WHERE n.status = 'PENDING' AND n.priority = pr.priority
-                    AND n.client_id = pr.client_id AND n.due_at <= notifyqueue_now())
+    WHERE EXISTS (SELECT 1 FROM notification_queue AS q
+                  WHERE q.status = 'PENDING' AND q.priority = pr.priority
+                    AND q.client_id = pr.client_id AND q.due_at <= notifyqueue_now())
 ), due AS (
     SELECT head.id
     FROM due_pairs AS dp
     CROSS JOIN LATERAL (
         SELECT id, due_at, created_at, row_number() OVER (ORDER BY due_at, created_at) AS turn
         FROM (
-            SELECT id, due_at, created_at
-            FROM notification
-            WHERE status = 'PENDING' AND priority = dp.priority AND client_id = dp.client_id
-              AND due_at <= notifyqueue_now()
-            ORDER BY due_at, created_at
+            -- The record is what is locked, and its own status and due time are what a
+            -- concurrent change re-checks (the queue row read here is the snapshot's copy).
+            SELECT n.id, q.due_at, q.created_at
+            FROM notification_queue AS q
+            JOIN notification AS n ON n.id = q.id
+            WHERE q.status = 'PENDING' AND q.priority = dp.priority
+              AND q.client_id = dp.client_id AND q.due_at <= notifyqueue_now()
+              AND n.status = 'PENDING' AND n.due_at <= notifyqueue_now()
+            ORDER BY q.due_at, q.created_at
             LIMIT dp.share
-            FOR UPDATE SKIP LOCKED
+            FOR UPDATE OF n SKIP LOCKED
         ) AS locked
     ) AS head
     ORDER BY dp.priority, head.turn, head.due_at, head.created_at
@@ -176,12 +181,14 @@ SELECT id, status, channel, client_id, recipient, false AS freed_slot FROM ended
 -- on that extra attempt too is dead-lettered. The abandoned claim's rate-limit slot is freed:
 -- the re-send is admitted (and counted) again, so one delivery never counts twice.
 WITH expired AS (
-    SELECT id, claim_token, claimed_by
-    FROM notification
-    WHERE status = 'PROCESSING' AND claim_expires_at < notifyqueue_now()
-    ORDER BY claim_expires_at
+    SELECT n.id, n.claim_token, n.claimed_by
+    FROM notification_queue AS q
+    JOIN notification AS n ON n.id = q.id
+    WHERE q.status = 'PROCESSING' AND q.claim_expires_at < notifyqueue_now()
+      AND n.status = 'PROCESSING' AND n.claim_expires_at < notifyqueue_now()
+    ORDER BY q.claim_expires_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF n SKIP LOCKED
 ), reclaimed AS (
     UPDATE notification AS n
     SET status = CASE WHEN n.attempt_count > n.max_attempts THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
@@ -207,12 +214,12 @@ SELECT id, status FROM reclaimed;
 
 -- name: notification_next_due_in
 -- Seconds until the earliest waiting row is due (negative: overdue; NULL: nothing waits), by
--- the database's clock: one index probe per priority on the claim index.
+-- the database's clock: one probe of queue_pending_due per priority.
 SELECT extract(epoch FROM min(head.due_at) - notifyqueue_now())::float8
 FROM (VALUES (0), (1), (2), (3)) AS p(priority)
 CROSS JOIN LATERAL (
     SELECT due_at
-    FROM notification
+    FROM notification_queue
     WHERE status = 'PENDING' AND priority = p.priority
     ORDER BY due_at
     LIMIT 1
@@ -237,6 +244,9 @@ ORDER BY relname;
 
 -- name: analyze_notification
 ANALYZE notification;
+
+-- name: analyze_notification_queue
+ANALYZE notification_queue;
 
 -- name: analyze_ratelimit_delivery
 ANALYZE ratelimit_delivery;

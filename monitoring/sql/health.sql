@@ -1,27 +1,25 @@
--- What /status and /metrics read. Each query is bounded by a partial index or by planner
--- statistics, never by the size of the notification table: finished rows (SENT above all)
--- outnumber waiting ones by orders of magnitude and are never counted row by row.
+-- What /status and /metrics read. Each query is bounded by the queue table (the backlog and
+-- what operators keep, no SENT row) or by planner statistics, never by the size of the
+-- notification table: delivered rows outnumber waiting ones by orders of magnitude and are
+-- never counted row by row.
 
 -- name: database_ping
 SELECT 1;
 
 -- name: queue_depth
--- Exact counts for the statuses an operator acts on, by priority.
--- PENDING: index-only scan of notification_pending_claim (priority, ...) WHERE PENDING.
--- PROCESSING: notification_claim_expiry WHERE PROCESSING; at most workers x batch rows.
--- FAILED, DEAD_LETTERED: index-only scan of notification_operator_queue, which includes
--- priority.
-SELECT 'PENDING' AS status, priority, count(*) AS count
-  FROM notification WHERE status = 'PENDING' GROUP BY priority
+-- Exact counts for the statuses an operator acts on, by priority, from notification_queue
+-- (which holds no SENT row): PENDING, FAILED and DEAD_LETTERED from queue_status (status,
+-- created_at, id) INCLUDE (channel, priority), index-only once vacuum has set the visibility
+-- map; PROCESSING (at most workers x batch rows) from queue_claim_expiry.
+SELECT status, priority, count(*) AS count
+  FROM notification_queue
+ WHERE status IN ('PENDING', 'FAILED', 'DEAD_LETTERED')
+ GROUP BY status, priority
 UNION ALL
 SELECT 'PROCESSING', priority, count(*)
-  FROM notification WHERE status = 'PROCESSING' GROUP BY priority
-UNION ALL
-SELECT 'FAILED', priority, count(*)
-  FROM notification WHERE status = 'FAILED' GROUP BY priority
-UNION ALL
-SELECT 'DEAD_LETTERED', priority, count(*)
-  FROM notification WHERE status = 'DEAD_LETTERED' GROUP BY priority;
+  FROM notification_queue
+ WHERE status = 'PROCESSING'
+ GROUP BY priority;
 
 -- name: final_status_estimates
 -- SENT, CANCELLED and SUPPRESSED are estimated, not counted: the planner's row estimate for
@@ -41,13 +39,13 @@ SELECT s.status, greatest(0, round(s.freq * c.reltuples))::bigint AS count
    AND s.status IN ('SENT', 'CANCELLED', 'SUPPRESSED');
 
 -- name: pending_oldest_due
--- The longest-due PENDING row: one probe of notification_pending_claim per priority (the
--- same shape as the worker's claim), stopping at the first row that is due.
+-- The longest-due PENDING row: one probe of notification_queue's queue_pending_due per
+-- priority (as the worker's next wake-up), stopping at the first row that is due.
 SELECT min(head.due_at)
   FROM (VALUES (0), (1), (2), (3)) AS p(priority)
  CROSS JOIN LATERAL (
         SELECT due_at
-          FROM notification
+          FROM notification_queue
          WHERE status = 'PENDING' AND priority = p.priority AND due_at <= %(now)s
          ORDER BY due_at
          LIMIT 1

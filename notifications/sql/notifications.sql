@@ -169,10 +169,10 @@ RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, 
 
 -- name: client_pending_count
 -- Counts at most `limit` rows, so the cost is bounded by the limit, not by the backlog.
--- Served by the partial index notification_client_pending (client_id) WHERE PENDING.
+-- Served by notification_queue's queue_client_status (client_id, status, ...).
 SELECT count(*) FROM (
     SELECT 1
-      FROM notification
+      FROM notification_queue
      WHERE client_id = %(client_id)s
        AND status = 'PENDING'
      LIMIT %(limit)s
@@ -201,22 +201,24 @@ RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, 
 
 -- name: notifications_retry_oldest
 -- The bulk retry: up to %(limit)s rows in one status (optionally one channel), oldest first,
--- read from the partial index notification_operator_queue (status, created_at, id). SKIP
--- LOCKED gives two operators retrying at once disjoint rows, so none is retried twice by one
--- round; the UPDATE re-checks the status it expects. `retried_before` (optional) leaves out
--- rows an operator retried at or after that time, so a long-running command never picks up
--- a row it already sent back and that failed again meanwhile.
+-- read from notification_queue's queue_status (status, created_at, id) index. SKIP LOCKED
+-- gives two operators retrying at once disjoint rows, so none is retried twice by one round;
+-- the UPDATE re-checks the status it expects. `retried_before` (optional) leaves out rows an
+-- operator retried at or after that time, so a long-running command never picks up a row it
+-- already sent back and that failed again meanwhile.
 WITH chosen AS (
-    SELECT id
-      FROM notification
-     WHERE status = %(status)s
-       AND (%(channel)s::varchar IS NULL OR channel = %(channel)s::varchar)
+    SELECT n.id
+      FROM notification_queue AS q
+      JOIN notification AS n ON n.id = q.id
+     WHERE q.status = %(status)s
+       AND (%(channel)s::varchar IS NULL OR q.channel = %(channel)s::varchar)
+       AND n.status = %(status)s
        AND (%(retried_before)s::timestamptz IS NULL
-            OR last_retried_at IS NULL
-            OR last_retried_at < %(retried_before)s::timestamptz)
-     ORDER BY created_at, id
+            OR n.last_retried_at IS NULL
+            OR n.last_retried_at < %(retried_before)s::timestamptz)
+     ORDER BY q.created_at, q.id
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF n SKIP LOCKED
 )
 UPDATE notification AS n
    SET status = 'PENDING',
@@ -233,14 +235,15 @@ RETURNING n.id, n.client_id, n.channel, n.operator_retries;
 
 -- name: notifications_retryable_count
 -- What a bulk retry would still find: the same conditions as notifications_retry_oldest,
--- counted on the same partial index (an index-only scan once the visibility map is set).
+-- counted from the same index.
 SELECT count(*)
-  FROM notification
- WHERE status = %(status)s
-   AND (%(channel)s::varchar IS NULL OR channel = %(channel)s::varchar)
+  FROM notification_queue AS q
+  JOIN notification AS n ON n.id = q.id
+ WHERE q.status = %(status)s
+   AND (%(channel)s::varchar IS NULL OR q.channel = %(channel)s::varchar)
    AND (%(retried_before)s::timestamptz IS NULL
-        OR last_retried_at IS NULL
-        OR last_retried_at < %(retried_before)s::timestamptz);
+        OR n.last_retried_at IS NULL
+        OR n.last_retried_at < %(retried_before)s::timestamptz);
 
 -- name: notifications_prune_cutoff
 -- Retention is measured on the database clock, once per run, so every batch agrees.

@@ -291,7 +291,7 @@ def test_pending_count_reads_an_index_and_no_more_than_limit_rows():
             QUERIES["client_pending_count"], {"client_id": client.id, "limit": 101}, analyze=True
         )
     scans = [node for node in nodes(plan) if "Index Name" in node]
-    assert [scan["Index Name"] for scan in scans] == ["notification_client_pending"]
+    assert [scan["Index Name"] for scan in scans] == ["queue_client_status"]
     assert scans[0]["Actual Rows"] <= 101
 
 
@@ -312,24 +312,30 @@ def two_busy_clients(db) -> tuple[uuid.UUID, uuid.UUID]:
     with connection.cursor() as cursor:
         cursor.execute("UPDATE notification SET status = 'SENT' WHERE random() < 0.8")
         cursor.execute("ANALYZE notification")
+        cursor.execute("ANALYZE notification_queue")
     return busy.id, other.id
 
 
 @pytest.mark.parametrize(
-    "filters, index",
+    "filters, indexes",
     [
-        (ListFilters(), "notification_client_list"),
-        (ListFilters(status="PENDING"), "notification_client_status"),
-        (ListFilters(recipient="u7@example.com"), "notification_recipient"),
+        (ListFilters(), {"notification_client_list"}),
+        # By status: the queue table's, by client or (the planner's choice when the client's
+        # rows are a large share of that status) across clients filtered by client.
+        (ListFilters(status="PENDING"), {"queue_client_status", "queue_status"}),
+        (ListFilters(recipient="u7@example.com"), {"notification_recipient"}),
     ],
 )
-def test_client_list_queries_use_an_index(two_busy_clients, filters, index):
+def test_client_list_queries_use_an_index(two_busy_clients, filters, indexes):
     with transaction.atomic():
         plan = explain(list_query_sql(client_id=two_busy_clients[0], filters=filters))
-    assert index in {node.get("Index Name") for node in nodes(plan)}
+    assert indexes & {node.get("Index Name") for node in nodes(plan)}
+    assert "Seq Scan" not in {node["Node Type"] for node in nodes(plan)}
 
 
-@pytest.mark.parametrize("filters", [ListFilters(), ListFilters(status="SENT")])
+@pytest.mark.parametrize(
+    "filters", [ListFilters(), ListFilters(status="SENT"), ListFilters(status="PENDING")]
+)
 def test_client_list_pages_come_off_the_index_in_order(two_busy_clients, filters):
     with transaction.atomic():
         plan = explain(list_query_sql(client_id=two_busy_clients[0], filters=filters))

@@ -43,12 +43,13 @@ def test_claim_fields_are_cleared_outside_processing():
         type(notification).objects.filter(id=notification.id).update(claim_token=uuid.uuid4())
 
 
-def test_pending_claim_index_holds_only_pending_rows():
+def test_pending_due_index_holds_only_pending_rows():
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_get_indexdef(indexrelid) FROM pg_index "
-            "WHERE indexrelid = 'notification_pending_claim'::regclass"
+            "WHERE indexrelid = 'queue_pending_due'::regclass"
         )
         (definition,) = cursor.fetchone()
-    assert "(priority, due_at, created_at)" in definition
+    assert "ON public.notification_queue" in definition
+    assert "(priority, due_at)" in definition
     assert "WHERE ((status)::text = 'PENDING'::text)" in definition

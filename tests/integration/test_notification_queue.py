@@ -1,0 +1,196 @@
+"""The narrow queue table (notification_queue) against the record it indexes.
+
+Its triggers must keep it equal to the record's non-SENT rows whatever statement changes the
+record, and the record must keep no index on a column the worker changes, so that a claim
+and a finish are HOT updates (no index entry of the wide table written).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.db import connection
+
+from delivery.repositories import DeliveryRepository, Finish
+from notifications.models import Notification, Status
+from notifications.repositories import ListFilters, NotificationRepository
+from tests.support.clock import DbClock
+from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.operator_helpers import notifications_insert_bulk
+
+pytestmark = pytest.mark.django_db
+
+COLUMNS = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
+delivery = DeliveryRepository()
+notifications = NotificationRepository()
+
+
+def queue_rows() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {COLUMNS} FROM notification_queue ORDER BY id")
+        return cursor.fetchall()
+
+
+def record_rows_not_sent() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {COLUMNS} FROM notification WHERE status <> 'SENT' ORDER BY id")
+        return cursor.fetchall()
+
+
+def assert_queue_mirrors_the_record() -> None:
+    assert queue_rows() == record_rows_not_sent()
+
+
+def test_every_kind_of_write_keeps_the_queue_equal_to_the_record():
+    client = ClientFactory()
+    waiting = [NotificationFactory(client=client, priority=2) for _ in range(7)]
+    notifications_insert_bulk(client_id=client.id, count=3)  # DEAD_LETTERED
+    notifications_insert_bulk(client_id=client.id, count=2, status="SENT")
+    assert len(queue_rows()) == 10
+    assert_queue_mirrors_the_record()
+    clock = DbClock()
+    clock.advance(1)
+
+    # The worker: a claim, then each kind of finish.
+    claims = delivery.notification_claim_due(worker="w", limit=5, claim_timeout_s=30)
+    assert len(claims) == 5
+    assert_queue_mirrors_the_record()
+    sent, retried, failed, dead, stalled = claims
+    delivery.notification_finish(
+        [
+            Finish(id=sent.id, claim_token=sent.claim_token, status="SENT", outcome="ACCEPTED"),
+            Finish(
+                id=retried.id,
+                claim_token=retried.claim_token,
+                status="PENDING",
+                outcome="TEMPORARY_FAILURE",
+                delay_s=60,
+            ),
+            Finish(
+                id=failed.id,
+                claim_token=failed.claim_token,
+                status="FAILED",
+                outcome="PERMANENT_FAILURE",
+            ),
+            Finish(
+                id=dead.id,
+                claim_token=dead.claim_token,
+                status="DEAD_LETTERED",
+                outcome="TEMPORARY_FAILURE",
+            ),
+        ]
+    )
+    assert sent.id not in {row[0] for row in queue_rows()}
+    assert_queue_mirrors_the_record()
+
+    # The reaper, past the stalled claim's expiry by the database clock.
+    clock.advance(31)
+    assert [r.id for r in delivery.notification_reclaim_expired()] == [stalled.id]
+    assert_queue_mirrors_the_record()
+
+    # The API's cancel and an operator's retry.
+    unclaimed = [n for n in waiting if n.id not in {c.id for c in claims}]
+    assert notifications.cancel_pending(
+        notification_id=unclaimed[0].id, client_id=client.id, now=clock.now
+    )
+    assert notifications.retry_one(notification_id=failed.id, operator="op", now=clock.now)
+    assert_queue_mirrors_the_record()
+
+    # The ORM, and a delete (retention's statement is a DELETE as well).
+    Notification.objects.filter(id=unclaimed[1].id).update(priority=0)
+    Notification.objects.filter(status=Status.CANCELLED).delete()
+    assert_queue_mirrors_the_record()
+    statuses = sorted(row[2] for row in queue_rows())
+    assert statuses == ["DEAD_LETTERED"] * 4 + ["PENDING"] * 4
+
+
+def test_no_index_of_the_record_names_a_column_a_claim_or_a_finish_changes():
+    """The condition for HOT updates: no index (key, expression or predicate) of the wide
+    table mentions a column the claim, the finish, the reaper or a retry writes."""
+    changed = {
+        "status",
+        "due_at",
+        "claim_token",
+        "claimed_by",
+        "claim_expires_at",
+        "attempt_count",
+        "last_error",
+        "sent_at",
+        "updated_at",
+        "operator_retries",
+        "last_retried_at",
+        "last_retried_by",
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT array(SELECT attname FROM pg_attribute
+                          WHERE attrelid = i.indrelid AND attnum = ANY (i.indkey)),
+                   concat_ws(' ', pg_get_expr(i.indpred, i.indrelid),
+                             pg_get_expr(i.indexprs, i.indrelid))
+              FROM pg_index AS i
+             WHERE i.indrelid = 'notification'::regclass
+            """
+        )
+        indexed = set()
+        for keys, expressions in cursor.fetchall():
+            indexed |= set(keys) | set(re.findall(r"[a-z_]+", expressions))
+    assert indexed
+    assert not indexed & changed, indexed & changed
+
+
+def test_a_claim_and_its_finish_write_no_index_entry_of_the_record():
+    client = ClientFactory()
+    for _ in range(5):
+        NotificationFactory(client=client)
+
+    def counts() -> tuple[int, int]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_stat_get_xact_tuples_updated('notification'::regclass),"
+                " pg_stat_get_xact_tuples_hot_updated('notification'::regclass)"
+            )
+            return cursor.fetchone()
+
+    updated_before, hot_before = counts()
+    claims = delivery.notification_claim_due(worker="w", limit=5, claim_timeout_s=30)
+    delivery.notification_finish(
+        [
+            Finish(id=c.id, claim_token=c.claim_token, status="SENT", outcome="ACCEPTED")
+            for c in claims
+        ]
+    )
+    updated, hot = counts()
+
+    assert len(claims) == 5
+    assert updated - updated_before == 10
+    assert hot - hot_before == 10
+    assert queue_rows() == []
+
+
+def test_the_list_by_each_status_is_the_records_own_filter():
+    """Every status lists the same rows, in the same order, as the record's own status filter,
+    whichever index serves it (the queue's for all but SENT; queue_claim_expiry for
+    PROCESSING)."""
+    client = ClientFactory()
+    for status in ("SENT", "FAILED", "DEAD_LETTERED", "CANCELLED", "SUPPRESSED"):
+        notifications_insert_bulk(client_id=client.id, count=3, status=status)
+    for _ in range(6):
+        NotificationFactory(client=client)
+    DbClock().advance(1)
+    assert len(delivery.notification_claim_due(worker="w", limit=2, claim_timeout_s=30)) == 2
+
+    for status in Status.values:
+        filters = ListFilters(status=status)
+        for client_id in (client.id, None):
+            page = notifications.list_page(
+                client_id=client_id, filters=filters, after=None, before=None, limit=50
+            )
+            expected = list(
+                Notification.objects.filter(status=status)
+                .order_by("-created_at", "-id")
+                .values_list("id", flat=True)
+            )
+            assert [r.id for r in page.records] == expected, status
+            assert expected or status not in ("PENDING", "PROCESSING")
