@@ -242,9 +242,6 @@ WHERE relname = ANY(%(tables)s::text[])
   AND n_mod_since_analyze > greatest(%(changes)s, %(fraction)s * n_live_tup)
 ORDER BY relname;
 
--- name: analyze_notification
-ANALYZE notification;
-
 -- name: analyze_notification_queue
 ANALYZE notification_queue;
 
