@@ -47,14 +47,16 @@ WITH RECURSIVE pairs AS (
     CROSS JOIN LATERAL (
         SELECT id, due_at, created_at, row_number() OVER (ORDER BY due_at, created_at) AS turn
         FROM (
-            -- The record is what is locked, and its own status and due time are what a
-            -- concurrent change re-checks (the queue row read here is the snapshot's copy).
+            -- The record is what is locked (found through the queue row, the snapshot's
+            -- copy). A record changed meanwhile is locked in its new version, which the
+            -- UPDATE below re-checks: its WHERE names the record's own status and due time.
+            -- (Not here: the planner would count them as a second filter and might start
+            -- from the record, a scan of the whole history.)
             SELECT n.id, q.due_at, q.created_at
             FROM notification_queue AS q
             JOIN notification AS n ON n.id = q.id
             WHERE q.status = 'PENDING' AND q.priority = dp.priority
               AND q.client_id = dp.client_id AND q.due_at <= notifyqueue_now()
-              AND n.status = 'PENDING' AND n.due_at <= notifyqueue_now()
             ORDER BY q.due_at, q.created_at
             LIMIT dp.share
             FOR UPDATE OF n SKIP LOCKED
@@ -72,7 +74,7 @@ WITH RECURSIVE pairs AS (
         rate_deferred_from = NULL,
         updated_at = notifyqueue_now()
     FROM due
-    WHERE n.id = due.id
+    WHERE n.id = due.id AND n.status = 'PENDING' AND n.due_at <= notifyqueue_now()
     RETURNING n.id, n.claim_token, n.client_id, n.channel, n.recipient, n.subject, n.body,
               n.metadata, n.priority, n.due_at, n.created_at, n.attempt_count, n.max_attempts,
               n.user_id, n.template, n.payload, n.fallback_channels, n.claim_expires_at
@@ -185,7 +187,6 @@ WITH expired AS (
     FROM notification_queue AS q
     JOIN notification AS n ON n.id = q.id
     WHERE q.status = 'PROCESSING' AND q.claim_expires_at < notifyqueue_now()
-      AND n.status = 'PROCESSING' AND n.claim_expires_at < notifyqueue_now()
     ORDER BY q.claim_expires_at
     LIMIT %(limit)s
     FOR UPDATE OF n SKIP LOCKED
@@ -198,7 +199,9 @@ WITH expired AS (
         claim_expires_at = NULL,
         updated_at = notifyqueue_now()
     FROM expired AS e
-    WHERE n.id = e.id
+    -- The record's own state, re-checked on the version locked above (see the claim).
+    WHERE n.id = e.id AND n.status = 'PROCESSING' AND n.claim_token = e.claim_token
+      AND n.claim_expires_at < notifyqueue_now()
     RETURNING n.id, n.status, e.claim_token
 ), attempt AS (
     UPDATE delivery_attempt AS a

@@ -212,7 +212,6 @@ WITH chosen AS (
       JOIN notification AS n ON n.id = q.id
      WHERE q.status = %(status)s
        AND (%(channel)s::varchar IS NULL OR q.channel = %(channel)s::varchar)
-       AND n.status = %(status)s
        AND (%(retried_before)s::timestamptz IS NULL
             OR n.last_retried_at IS NULL
             OR n.last_retried_at < %(retried_before)s::timestamptz)

@@ -222,6 +222,51 @@ def test_claim_plan_reads_the_partial_pending_index():
 
 
 @pytest.mark.django_db
+def test_claim_plan_starts_from_the_queue_even_with_stale_statistics():
+    """Statistics from two moments: the queue's taken mid-drain (20,000 rows waiting), the
+    record's after it (none PENDING); then a new burst. The planner believes the queue holds
+    thousands of due rows and the record none. The claim still starts from the queue
+    and looks records up by primary key; a claim that filtered the record by status let the
+    planner start from a scan of the whole history (7.4 s a claim with 1,000,000 rows)."""
+    client = ClientFactory().id
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                channel, recipient, subject, body, priority, metadata, fallback_channels,
+                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                created_at, updated_at)
+            SELECT gen_random_uuid(), %s, %s || g, '', 'email', 'a@example.com', '', 'b', 2,
+                '{}', '[]', %s, now(), now(), 1, 6, 0, now(), now()
+            FROM generate_series(1, %s) AS g
+            """,
+            [client, "sent", "PENDING", 20_000],
+        )
+        cursor.execute("ANALYZE notification_queue")  # mid-drain: 20,000 waiting
+        cursor.execute("UPDATE notification SET status = 'SENT', sent_at = now()")
+        cursor.execute("ANALYZE notification")  # after it: none PENDING
+        cursor.execute(
+            """
+            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                channel, recipient, subject, body, priority, metadata, fallback_channels,
+                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                created_at, updated_at)
+            SELECT gen_random_uuid(), %s, %s || g, '', 'email', 'a@example.com', '', 'b', 2,
+                '{}', '[]', %s, now(), now(), 0, 6, 0, now(), now()
+            FROM generate_series(1, %s) AS g
+            """,
+            [client, "due", "PENDING", 2_000],
+        )
+        cursor.execute(
+            "EXPLAIN " + SQL["notification_claim_due"],
+            {"worker": "w", "limit": 100, "claim_timeout_s": 30},
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Seq Scan on notification " not in plan, plan
+    assert "using queue_pending_client" in plan, plan
+
+
+@pytest.mark.django_db
 def test_within_a_priority_the_claim_takes_clients_in_turn_not_the_oldest_backlog_first():
     """A flooded 100 rows before B created 5: a claim of 10 takes 5 of each (each client's
     share of the claim), oldest first within each, instead of A's 10 oldest. A CRITICAL of
