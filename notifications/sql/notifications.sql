@@ -24,7 +24,7 @@ WITH clock AS (
         status, send_at, due_at, attempt_count, max_attempts, operator_retries,
         created_at, updated_at
     )
-    SELECT gen_random_uuid(), %(client_id)s, %(idempotency_key)s, %(request_fingerprint)s,
+    SELECT notifyqueue_uuid7(), %(client_id)s, %(idempotency_key)s, %(request_fingerprint)s,
            %(channel)s, %(recipient)s, %(subject)s, %(body)s, %(priority)s, %(metadata)s::jsonb,
            %(user_id)s, %(template)s, %(payload)s::jsonb, %(fallback_channels)s::jsonb,
            'PENDING', due.at, due.at, 0, %(max_attempts)s, 0,
@@ -84,7 +84,7 @@ WITH clock AS (
         status, send_at, due_at, attempt_count, max_attempts, operator_retries,
         created_at, updated_at
     )
-    SELECT gen_random_uuid(), %(client_id)s, i.idempotency_key, i.request_fingerprint,
+    SELECT notifyqueue_uuid7(), %(client_id)s, i.idempotency_key, i.request_fingerprint,
            i.channel, i.recipient, i.subject, i.body, i.priority, i.metadata,
            i.user_id, i.template, i.payload, i.fallback_channels,
            'PENDING', due.at, due.at, 0, i.max_attempts, 0,
@@ -316,7 +316,7 @@ INSERT INTO notification (
     status, send_at, due_at, attempt_count, max_attempts, operator_retries,
     created_at, updated_at
 )
-SELECT gen_random_uuid(), %(client_id)s, %(idempotency_key)s, %(request_fingerprint)s,
+SELECT notifyqueue_uuid7(), %(client_id)s, %(idempotency_key)s, %(request_fingerprint)s,
        %(channel)s, %(recipient)s, %(subject)s, %(body)s, %(priority)s, %(metadata)s::jsonb,
        %(user_id)s, %(template)s, %(payload)s::jsonb, %(fallback_channels)s::jsonb,
        'PENDING',

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,6 +23,29 @@ def post(api: APIClient, body: dict, key: str | None = "key-1", **headers):
     if key is not None:
         headers["HTTP_IDEMPOTENCY_KEY"] = key
     return api.post(URL, body, format="json", **headers)
+
+
+def test_ids_are_uuid7_in_creation_order_single_and_batch(api, acme):
+    """Ids grow with creation time (UUID version 7), so new rows sit together at the right
+    edge of the primary key however large the history (notifications 0011)."""
+    ids = []
+    for n in range(3):
+        response = post(api, VALID, key=f"order-{n}")
+        assert response.status_code == 201
+        ids.append(uuid.UUID(response.json()["id"]))
+        time.sleep(0.002)  # the time part counts milliseconds
+    batch = api.post(
+        f"{URL}/batch",
+        {"notifications": [{**VALID, "idempotency_key": f"batch-{n}"} for n in range(2)]},
+        format="json",
+    )
+    assert batch.status_code == 200, batch.json()
+    ids += [uuid.UUID(r["notification"]["id"]) for r in batch.json()["results"]]
+    assert {i.version for i in ids} == {7}
+    assert ids[:3] == sorted(ids[:3])
+    assert max(ids[:3]) < min(ids[3:])
+    milliseconds = [i.int >> 80 for i in ids]
+    assert abs(milliseconds[0] / 1000 - time.time()) < 60
 
 
 def test_create_answers_201_with_the_contract_representation(api, acme):
