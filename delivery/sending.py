@@ -1,12 +1,15 @@
-"""Provider calls in flight: a thread pool that only sends.
+"""Provider calls in flight: a thread pool that only sends, and the claims waiting for it.
 
 The worker's loop does every database read and write; these threads only call providers (an
 HTTP request, an SMTP conversation) and never touch the database, so a worker's connections
-do not grow with its concurrency. A finished call wakes the loop, which records it.
+do not grow with its concurrency. A finished call starts the next waiting claim and wakes the
+loop, which records it.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import queue
 import threading
@@ -63,35 +66,81 @@ def provider_call(provider: Provider, message: Message) -> ProviderResult:
             connection.close()
 
 
-class Sends:
-    """At most `concurrency` provider calls at once on a ThreadPoolExecutor. The loop submits
-    a call only for a free slot, so a call never waits in a local queue; `collect` hands back
-    the answers that are in, and each answer sets `wake`."""
+@dataclass(frozen=True)
+class _Call:
+    provider: Provider
+    claim: Claim
+    admission: Allowed | None
+    started: float
+    # time.monotonic() after which the call must not start (its claim could expire first).
+    start_by: float
 
-    def __init__(self, concurrency: int, wake: threading.Event) -> None:
+
+class Sends:
+    """Provider calls: at most `concurrency` at once on a ThreadPoolExecutor, and up to
+    `waiting` more claims held ready, highest priority first.
+
+    A call that ends starts the next waiting one from its own thread (the future's done
+    callback), so a slow provider's slots refill without waiting for the loop's next claim
+    statement; the loop keeps the waiting claims topped up. A waiting claim that could no
+    longer be sent before its claim expires is not started: `withdrawn` hands it back to the
+    loop, which releases it (attempt returned), as it does every waiting claim when the
+    worker stops. `collect` hands back the answers that are in; each answer sets `wake`.
+    """
+
+    def __init__(
+        self,
+        concurrency: int,
+        wake: threading.Event,
+        *,
+        waiting: int = 0,
+        stopping: threading.Event | None = None,
+    ) -> None:
         self.concurrency = concurrency
+        self.waiting = waiting
         self._wake = wake
+        # Once set, an ending call starts no waiting one: they are withdrawn (see withdrawn).
+        self._stopping = stopping or threading.Event()
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="send")
         self._done: queue.SimpleQueue[Sent] = queue.SimpleQueue()
-        self._running: dict[Future[ProviderResult], tuple[Claim, Allowed | None, float]] = {}
+        self._running: dict[Future[ProviderResult], _Call] = {}
+        # Claims waiting for a slot: (priority, arrival, call), a heap, so a CRITICAL claimed
+        # after a batch of NORMAL rows still goes first.
+        self._queued: list[tuple[int, int, _Call]] = []
+        self._withdrawn: list[Claim] = []
+        self._arrivals = itertools.count()
         self._lock = threading.Lock()
 
     @property
     def outstanding(self) -> int:
-        """Calls submitted and not yet collected."""
+        """Calls submitted (running or waiting) and not yet collected or withdrawn."""
         with self._lock:
-            return len(self._running) + self._done.qsize()
+            return (
+                len(self._running) + len(self._queued) + len(self._withdrawn) + self._done.qsize()
+            )
 
     @property
     def free(self) -> int:
-        return self.concurrency - self.outstanding
+        """How many more claims may be submitted now."""
+        return self.concurrency + self.waiting - self.outstanding
 
     def submit(
-        self, provider: Provider, claim: Claim, admission: Allowed | None, started: float
+        self,
+        provider: Provider,
+        claim: Claim,
+        admission: Allowed | None,
+        started: float,
+        *,
+        start_by: float = float("inf"),
     ) -> None:
+        """Starts the call, or queues it when every thread is busy (at most `waiting` are
+        meant to be: the loop submits at most `free`)."""
+        call = _Call(provider, claim, admission, started, start_by)
         with self._lock:
-            future = self._executor.submit(provider_call, provider, message_of(claim))
-            self._running[future] = (claim, admission, started)
+            if len(self._running) >= self.concurrency:
+                heapq.heappush(self._queued, (claim.priority, next(self._arrivals), call))
+                return
+            future = self._start(call)
         future.add_done_callback(self._finished)
 
     def collect(self, wait_s: float = 0.0) -> list[Sent]:
@@ -109,12 +158,39 @@ class Sends:
             except queue.Empty:
                 return collected
 
+    def withdrawn(self, *, everything: bool = False) -> list[Claim]:
+        """Waiting claims that must not start: too late to (see `start_by`), or, with
+        `everything`, all that are waiting (the worker is stopping)."""
+        with self._lock:
+            if everything:
+                self._withdrawn += [call.claim for _, _, call in self._queued]
+                self._queued.clear()
+            withdrawn, self._withdrawn = self._withdrawn, []
+        return withdrawn
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
+    def _start(self, call: _Call) -> Future[ProviderResult]:
+        """Submits the call; the caller holds the lock and adds the done callback after
+        releasing it (a future already done runs its callback at once, in that thread)."""
+        future = self._executor.submit(provider_call, call.provider, message_of(call.claim))
+        self._running[future] = call
+        return future
+
     def _finished(self, future: Future[ProviderResult]) -> None:
+        following = None
         with self._lock:
-            claim, admission, started = self._running.pop(future)
+            call = self._running.pop(future)
             # provider_call never raises, and nothing is cancelled: close() waits for all.
-            self._done.put(Sent(claim, admission, future.result(), started))
+            self._done.put(Sent(call.claim, call.admission, future.result(), call.started))
+            now = time.monotonic()
+            while self._queued and following is None and not self._stopping.is_set():
+                _, _, waiting = heapq.heappop(self._queued)
+                if now < waiting.start_by:
+                    following = self._start(waiting)
+                else:
+                    self._withdrawn.append(waiting.claim)
+        if following is not None:
+            following.add_done_callback(self._finished)
         self._wake.set()

@@ -13,8 +13,12 @@ connection is held while a provider answers. A provider whose sending is a write
 database (the simulated provider, the in-app inbox) takes the whole claim in one call on the
 loop instead (`BatchProvider`).
 
-A worker never holds more claims than it has free slots: a claimed row starts at once, so a
-CRITICAL created now is the next row claimed, and no claim's timer runs out in a local queue.
+A worker holds at most `concurrency` calls in flight and half as many claims again waiting,
+ready, for a send thread (none with `--concurrency 1`): when a slow provider answers, its
+thread starts the next waiting call at once, without waiting for the loop's next claim. The
+waiting claims go highest priority first, so a CRITICAL claimed now passes them; one that
+could no longer be answered before its claim expires is given back unsent, and so is every
+waiting claim when the worker stops.
 Every decision about time is the database's (see notifyqueue_now()); the worker's own clock
 only measures how long it has held a claim (time.monotonic()).
 
@@ -126,7 +130,15 @@ class Worker:
         self._notified = threading.Event()
         self._dry = False
         self._due_check_at = 0.0
-        self._sends = Sends(config.concurrency, self._wake)
+        # Up to half the concurrency again is claimed ahead and waits, ready, for a send
+        # thread: a slot a slow provider frees starts its next call at once instead of after
+        # the loop's next claim statement.
+        self._sends = Sends(
+            config.concurrency,
+            self._wake,
+            waiting=config.concurrency // 2,
+            stopping=self._stopping,
+        )
         # The channels whose provider takes a whole claim at once, found once: an isinstance
         # check against a runtime-checkable Protocol walks its attributes (~5 µs a claim).
         self._batch_channels = frozenset(
@@ -145,6 +157,7 @@ class Worker:
         one statement."""
         for sent in self._sends.collect(wait_s):
             self._finishes.append(self._settle(sent))
+        self._release_withdrawn()
         claimed = 0
         # Batch providers finish within the step: only send threads limit what may be claimed.
         free = (
@@ -287,6 +300,8 @@ class Worker:
 
     def _shutdown(self) -> None:
         try:
+            # Claims waiting for a send thread have not started: given back, attempts returned.
+            self._release_withdrawn()
             while self._sends.outstanding or self._finishes:
                 for sent in self._sends.collect(wait_s=0.1):
                     self._finishes.append(self._settle(sent))
@@ -338,12 +353,24 @@ class Worker:
             if claim.channel in self._batch_channels:
                 batches.setdefault(id(provider), (provider, []))[1].append((claim, admission))
             else:
-                self._sends.submit(provider, claim, admission, started)
+                self._sends.submit(provider, claim, admission, started, start_by=start_by)
         for provider, items in batches.values():
             for (claim, admission), result in zip(
                 items, _batch_send(provider, [claim for claim, _ in items]), strict=True
             ):
                 self._finishes.append(self._settle(Sent(claim, admission, result, started)))
+
+    def _release_withdrawn(self) -> None:
+        """Gives back the claims that waited for a send thread and must not start now: all of
+        them once the worker is stopping, else those too old to start (see `_start`)."""
+        for claim in self._sends.withdrawn(everything=self._stopping.is_set()):
+            if not self._stopping.is_set():
+                log.warning(
+                    "claim too old to start notification=%s worker=%s; released",
+                    claim.id,
+                    self.worker_id,
+                )
+            self._finishes.append(claim_release(claim))
 
     def _recheck(self, claim: Claim) -> Claim | None:
         """A preference-mode claim is checked against the user's current preferences: the

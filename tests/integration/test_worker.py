@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import threading
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -357,6 +358,87 @@ def test_a_critical_created_while_the_worker_is_busy_goes_out_next(close_workers
     assert len(order) == 10
 
 
+class TurnstileProvider:
+    """Answers one call each time the test lets one through, so which waiting claim a freed
+    thread starts is observable in the order of the calls."""
+
+    name = "turnstile"
+
+    def __init__(self) -> None:
+        self.calls: list[uuid.UUID] = []
+        self.turns = threading.Semaphore(0)
+        self._lock = threading.Lock()
+
+    def send(self, message):
+        from delivery.providers.base import Accepted
+
+        with self._lock:
+            self.calls.append(message.notification_id)
+        assert self.turns.acquire(timeout=10)
+        return Accepted(message_id=f"t-{message.notification_id}")
+
+    def wait_for(self, count: int) -> None:
+        deadline = time.monotonic() + 10
+        while len(self.calls) < count:
+            assert time.monotonic() < deadline, self.calls
+            time.sleep(0.005)
+
+
+def test_a_critical_claimed_while_normal_rows_wait_for_a_thread_passes_them(close_workers):
+    """Four send threads, two claims held ready for them: with four NORMAL sends hanging and
+    one NORMAL claim waiting, a CRITICAL created now is claimed into a waiting place, and the
+    first thread to free starts it, before the NORMAL claim that waited longer."""
+    provider = TurnstileProvider()
+    client = ClientFactory()
+    normal = NotificationFactory.create_batch(5, client=client)
+    worker = worker_build(providers={"email": provider}, concurrency=4, batch_size=10)
+    close_workers(worker)
+    assert worker.run_once().claimed == 5  # four sends and one waiting
+    provider.wait_for(4)
+    critical = NotificationFactory(client=client, priority=0)
+    assert worker.run_once().claimed == 1  # the last waiting place
+    provider.turns.release()  # one send answers; its thread starts the next waiting claim
+    provider.wait_for(5)
+    assert provider.calls[4] == critical.id, provider.calls
+    provider.turns.release(10)
+    while worker.run_once(wait_s=0.5).in_flight:
+        pass
+    assert len(provider.calls) == 6
+    assert sorted(provider.calls[:4] + provider.calls[5:]) == sorted(n.id for n in normal)
+    assert set(Notification.objects.values_list("status", flat=True)) == {Status.SENT}
+
+
+def test_claims_waiting_for_a_thread_at_shutdown_are_given_back_unsent(close_workers):
+    """SIGTERM while two sends hang and one claim waits for a thread: the two are recorded
+    when they answer, the waiting one goes back to PENDING with its attempt returned."""
+    from delivery.providers.http import HttpProvider
+    from tests.support.http_servers import LoopbackProvider
+
+    provider = LoopbackProvider(hold=True)
+    url = provider.start()
+    NotificationFactory.create_batch(3)
+    worker = worker_build(
+        providers={"email": HttpProvider(url=url, timeout_s=10)}, concurrency=2, batch_size=10
+    )
+    close_workers(worker)
+    try:
+        assert worker.run_once().claimed == 3
+        assert provider.received.wait(10)
+        worker.stop()
+        provider.hold = False
+        provider.release.set()
+        while worker.run_once(wait_s=0.5).in_flight:
+            pass
+    finally:
+        provider.stop()
+    sent = set(Notification.objects.filter(status=Status.SENT).values_list("id", flat=True))
+    assert {uuid.UUID(call.body["id"]) for call in provider.calls} == sent
+    assert len(sent) == 2
+    waiting = Notification.objects.get(status=Status.PENDING)
+    assert waiting.attempt_count == 0
+    assert DeliveryAttempt.objects.get(notification=waiting).outcome == Outcome.RELEASED
+
+
 def test_a_claim_too_old_to_start_is_given_back_without_using_an_attempt(close_workers):
     """The send-time checks outlasted the claim's safe start (claim timeout minus provider
     timeout): the row is released unsent, its attempt and rate-limit slot returned, instead
@@ -515,17 +597,25 @@ def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_heartbeat():
             )
             return cursor.fetchone()[0]
 
-    worker = worker_build()
-    NotificationFactory.create_batch(STATISTICS_STALE_ROWS + 100, client=ClientFactory())
-    deadline = time.monotonic() + 10
-    while changes_since_analyze() <= STATISTICS_STALE_ROWS:
-        assert time.monotonic() < deadline, "the counters never reached pg_stat_user_tables"
-        time.sleep(0.1)  # they get there at the end of a transaction
-    refreshed = worker.statistics_refresh()
-    assert "notification_queue" in refreshed
-    assert "notification" not in refreshed  # the record is read by primary key only
-    assert changes_since_analyze() < STATISTICS_STALE_ROWS
-    assert "notification_queue" not in worker.statistics_refresh()  # nothing changed since
+    with connection.cursor() as cursor:
+        # Autovacuum analyzes a small table after 50 changes: it would reset the counter
+        # this test reads before the worker's refresh runs.
+        cursor.execute("ALTER TABLE notification_queue SET (autovacuum_enabled = false)")
+    try:
+        worker = worker_build()
+        NotificationFactory.create_batch(STATISTICS_STALE_ROWS + 100, client=ClientFactory())
+        deadline = time.monotonic() + 10
+        while changes_since_analyze() <= STATISTICS_STALE_ROWS:
+            assert time.monotonic() < deadline, "the counters never reached pg_stat_user_tables"
+            time.sleep(0.1)  # they get there at the end of a transaction
+        refreshed = worker.statistics_refresh()
+        assert "notification_queue" in refreshed
+        assert "notification" not in refreshed  # the record is read by primary key only
+        assert changes_since_analyze() < STATISTICS_STALE_ROWS
+        assert "notification_queue" not in worker.statistics_refresh()  # nothing changed since
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE notification_queue RESET (autovacuum_enabled)")
 
 
 def test_a_batch_provider_that_raises_fails_each_row_of_its_batch_temporarily(close_workers):

@@ -1,0 +1,110 @@
+"""The send threads and the claims waiting for them (delivery/sending.py), with a provider
+that answers only when the test lets it: which call starts when a slot frees, and which
+waiting claims are given back instead."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from delivery.providers.base import Accepted, Message
+from delivery.repositories import Claim
+from delivery.sending import Sends
+
+
+class GatedProvider:
+    """Records each call's notification id, then waits for the gate."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.calls: list[uuid.UUID] = []
+        self._lock = threading.Lock()
+
+    def send(self, message: Message) -> Accepted:
+        with self._lock:
+            self.calls.append(message.notification_id)
+        assert self.gate.wait(10)
+        return Accepted(message_id=None)
+
+
+def claim(priority: int = 2) -> Claim:
+    return Claim(
+        id=uuid.uuid4(),
+        claim_token=uuid.uuid4(),
+        client_id=uuid.uuid4(),
+        channel="email",
+        recipient="a@example.com",
+        subject="",
+        body="b",
+        metadata={},
+        priority=priority,
+        attempt_count=1,
+        max_attempts=6,
+    )
+
+
+def answers(sends: Sends, count: int) -> list:
+    collected: list = []
+    deadline = time.monotonic() + 10
+    while len(collected) < count:
+        assert time.monotonic() < deadline, collected
+        collected += sends.collect(wait_s=0.1)
+    return collected
+
+
+def test_a_freed_slot_starts_the_highest_priority_waiting_claim_without_the_loop():
+    provider = GatedProvider()
+    sends = Sends(1, threading.Event(), waiting=3)
+    first, normal, critical, low = claim(2), claim(2), claim(0), claim(3)
+    for c in (first, low, normal, critical):
+        sends.submit(provider, c, None, time.monotonic())
+    assert sends.free == 0
+    provider.gate.set()
+
+    answered = answers(sends, 4)
+
+    assert provider.calls == [first.id, critical.id, normal.id, low.id]
+    assert {a.claim.id for a in answered} == {first.id, critical.id, normal.id, low.id}
+    assert sends.free == 4
+    sends.close()
+
+
+def test_a_waiting_claim_past_its_start_time_is_withdrawn_not_sent():
+    provider = GatedProvider()
+    sends = Sends(1, threading.Event(), waiting=1)
+    running, late = claim(), claim()
+    sends.submit(provider, running, None, time.monotonic())
+    sends.submit(provider, late, None, time.monotonic(), start_by=time.monotonic() + 0.05)
+    time.sleep(0.1)
+    provider.gate.set()
+
+    answered = answers(sends, 1)
+
+    assert [a.claim.id for a in answered] == [running.id]
+    assert sends.withdrawn() == [late]
+    assert provider.calls == [running.id]
+    assert sends.outstanding == 0
+    sends.close()
+
+
+def test_once_stopping_no_waiting_claim_starts_and_all_are_withdrawn():
+    provider = GatedProvider()
+    stopping = threading.Event()
+    sends = Sends(1, threading.Event(), waiting=2, stopping=stopping)
+    running, waiting = claim(), [claim(), claim()]
+    for c in (running, *waiting):
+        sends.submit(provider, c, None, time.monotonic())
+    stopping.set()
+    provider.gate.set()
+
+    answered = answers(sends, 1)
+    time.sleep(0.05)
+
+    assert [a.claim.id for a in answered] == [running.id]
+    assert provider.calls == [running.id]
+    assert sorted(c.id for c in sends.withdrawn(everything=True)) == sorted(c.id for c in waiting)
+    assert sends.outstanding == 0
+    sends.close()
