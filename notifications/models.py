@@ -119,8 +119,11 @@ class Notification(models.Model):
         ]
         indexes = [
             # None of these names a column that a claim, a finish or a retry changes (status,
-            # due time, claim), so those updates are HOT: they write no index entry of this
-            # wide table. Every look-up by status or due time reads NotificationQueue instead.
+            # due time, claim, attempts), so those updates are HOT when the page has room
+            # (fillfactor 50, migration 0010): they write no index entry of this wide table.
+            # Only the rarer updates are not: a fallback to another channel (a new recipient)
+            # and a rate-limit deferral (rate_deferred_from). Every look-up by status or due
+            # time reads NotificationQueue instead.
             # A client's listing, newest first.
             models.Index(fields=["client", "-created_at", "-id"], name="notification_client_list"),
             # An operator's listing across every client, newest first.
