@@ -169,6 +169,9 @@ def notifications_create(client, recipients: list[str], *, channel: str = "email
     ]
 
 
+QUEUE_COLUMNS = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
+
+
 def universal_check(
     provider: ScriptedProvider,
     workers: Workers,
@@ -185,7 +188,9 @@ def universal_check(
     - no recipient got more than `limit` sends in any window (the provider's own timestamps,
       over a window shortened by half a second for the gap between admission and arrival);
     - each final state was reported by exactly one webhook event (one eventId), if a
-      receiver is given.
+      receiver is given;
+    - the queue table (notification_queue) holds exactly the record's rows that are not SENT,
+      with the same queue columns.
     The webhooks are awaited while the workers still run (their senders deliver them); then
     the workers are stopped with SIGTERM, and each must exit 0: none died of what was done to
     it. Returns the count of notifications per final status."""
@@ -217,7 +222,17 @@ def universal_check(
             "GROUP BY notification_id HAVING count(*) > 1"
         )
         twice = cursor.fetchall()
+        # The queue table equals the record: whatever was killed or cut off, its triggers ran
+        # in the statement that changed the record, or neither happened.
+        cursor.execute(
+            f"(SELECT {QUEUE_COLUMNS} FROM notification WHERE status <> 'SENT' "
+            f"EXCEPT ALL SELECT {QUEUE_COLUMNS} FROM notification_queue) UNION ALL "
+            f"(SELECT {QUEUE_COLUMNS} FROM notification_queue EXCEPT ALL "
+            f"SELECT {QUEUE_COLUMNS} FROM notification WHERE status <> 'SENT')"
+        )
+        astray = cursor.fetchall()
     assert not twice, f"recorded as sent more than once: {twice[:3]}"
+    assert not astray, f"the queue table differs from the record: {astray[:3]}"
     if rate_limit is not None:
         limit, window_s = rate_limit
         by_recipient: dict[str, list[float]] = defaultdict(list)
