@@ -539,6 +539,9 @@ class Rows:
         self.create_many = queries_load(ROOT / "notifications" / "sql" / "notifications.sql").get(
             "notifications_create_many"
         )
+        # ... and the queue table: see waiting(). Made after the migrations ran.
+        with server.connect(DATABASES["ours"]) as conn:
+            self.queue_table = queue_table_exists(conn)
 
     def create(self, prefix: str, count: int, *, chunk: int = 5_000) -> None:
         """`count` PENDING notifications due now, each to its own recipient (the rate limit
@@ -606,7 +609,7 @@ class Rows:
         ones: a drain that never reaches 0 stops the benchmark), so a poll costs the backlog,
         not a look-up of each waiting row in the record. Older versions: the record, by key."""
         with self.server.connect(DATABASES["ours"]) as conn:
-            if queue_table_exists(conn):
+            if self.queue_table:
                 (count,) = conn.execute(
                     "SELECT count(*) FROM notification_queue WHERE client_id = %s "
                     "AND status IN ('PENDING', 'PROCESSING')",

@@ -24,6 +24,7 @@ from django.db import connection
 
 from notifications.models import Notification, Status
 from tests.support.http_servers import ScriptedProvider
+from tests.support.queue_table import queue_differences
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = {Status.SENT, Status.FAILED, Status.DEAD_LETTERED}
@@ -169,9 +170,6 @@ def notifications_create(client, recipients: list[str], *, channel: str = "email
     ]
 
 
-QUEUE_COLUMNS = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
-
-
 def universal_check(
     provider: ScriptedProvider,
     workers: Workers,
@@ -222,16 +220,10 @@ def universal_check(
             "GROUP BY notification_id HAVING count(*) > 1"
         )
         twice = cursor.fetchall()
-        # The queue table equals the record: whatever was killed or cut off, its triggers ran
-        # in the statement that changed the record, or neither happened.
-        cursor.execute(
-            f"(SELECT {QUEUE_COLUMNS} FROM notification WHERE status <> 'SENT' "
-            f"EXCEPT ALL SELECT {QUEUE_COLUMNS} FROM notification_queue) UNION ALL "
-            f"(SELECT {QUEUE_COLUMNS} FROM notification_queue EXCEPT ALL "
-            f"SELECT {QUEUE_COLUMNS} FROM notification WHERE status <> 'SENT')"
-        )
-        astray = cursor.fetchall()
     assert not twice, f"recorded as sent more than once: {twice[:3]}"
+    # The queue table equals the record: whatever was killed or cut off, its triggers ran in
+    # the statement that changed the record, or neither happened.
+    astray = queue_differences()
     assert not astray, f"the queue table differs from the record: {astray[:3]}"
     if rate_limit is not None:
         limit, window_s = rate_limit

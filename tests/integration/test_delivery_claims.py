@@ -14,6 +14,7 @@ from delivery.repositories import SQL, Claim, DeliveryRepository, Finish
 from notifications.models import Notification, Status
 from tests.support.clock import DbClock
 from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.operator_helpers import notifications_insert_bulk
 from tests.support.races import run_in_threads
 
 repo = DeliveryRepository()
@@ -229,34 +230,13 @@ def test_claim_plan_starts_from_the_queue_even_with_stale_statistics():
     and looks records up by primary key; a claim that filtered the record by status let the
     planner start from a scan of the whole history (7.4 s a claim with 1,000,000 rows)."""
     client = ClientFactory().id
+    notifications_insert_bulk(client_id=client, count=20_000, status="PENDING")
     with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
-                channel, recipient, subject, body, priority, metadata, fallback_channels,
-                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
-                created_at, updated_at)
-            SELECT gen_random_uuid(), %s, %s || g, '', 'email', 'a@example.com', '', 'b', 2,
-                '{}', '[]', %s, now(), now(), 1, 6, 0, now(), now()
-            FROM generate_series(1, %s) AS g
-            """,
-            [client, "sent", "PENDING", 20_000],
-        )
         cursor.execute("ANALYZE notification_queue")  # mid-drain: 20,000 waiting
         cursor.execute("UPDATE notification SET status = 'SENT', sent_at = now()")
         cursor.execute("ANALYZE notification")  # after it: none PENDING
-        cursor.execute(
-            """
-            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
-                channel, recipient, subject, body, priority, metadata, fallback_channels,
-                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
-                created_at, updated_at)
-            SELECT gen_random_uuid(), %s, %s || g, '', 'email', 'a@example.com', '', 'b', 2,
-                '{}', '[]', %s, now(), now(), 0, 6, 0, now(), now()
-            FROM generate_series(1, %s) AS g
-            """,
-            [client, "due", "PENDING", 2_000],
-        )
+    notifications_insert_bulk(client_id=client, count=2_000, status="PENDING")
+    with connection.cursor() as cursor:
         cursor.execute(
             "EXPLAIN " + SQL["notification_claim_due"],
             {"worker": "w", "limit": 100, "claim_timeout_s": 30},

@@ -18,28 +18,22 @@ from notifications.repositories import ListFilters, NotificationRepository
 from tests.support.clock import DbClock
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.operator_helpers import notifications_insert_bulk
+from tests.support.queue_table import QUEUE_COLUMNS, queue_differences
 
 pytestmark = pytest.mark.django_db
 
-COLUMNS = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
 delivery = DeliveryRepository()
 notifications = NotificationRepository()
 
 
 def queue_rows() -> list[tuple]:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {COLUMNS} FROM notification_queue ORDER BY id")
-        return cursor.fetchall()
-
-
-def record_rows_not_sent() -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {COLUMNS} FROM notification WHERE status <> 'SENT' ORDER BY id")
+        cursor.execute(f"SELECT {QUEUE_COLUMNS} FROM notification_queue ORDER BY id")
         return cursor.fetchall()
 
 
 def assert_queue_mirrors_the_record() -> None:
-    assert queue_rows() == record_rows_not_sent()
+    assert queue_differences() == []
 
 
 def test_every_kind_of_write_keeps_the_queue_equal_to_the_record():

@@ -1,0 +1,19 @@
+"""The queue table (notification_queue) against the record it copies, for tests that check the
+two agree after writes and faults."""
+
+from __future__ import annotations
+
+from django.db import connection
+
+QUEUE_COLUMNS = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
+
+
+def queue_differences() -> list[tuple]:
+    """Rows the record has and the queue lacks, or the other way round, compared on every
+    queue column (the record's SENT rows excluded: they have no queue row). Empty when the
+    queue is exactly the record's copy."""
+    record = f"SELECT {QUEUE_COLUMNS} FROM notification WHERE status <> 'SENT'"
+    queue = f"SELECT {QUEUE_COLUMNS} FROM notification_queue"
+    with connection.cursor() as cursor:
+        cursor.execute(f"({record} EXCEPT ALL {queue}) UNION ALL ({queue} EXCEPT ALL {record})")
+        return cursor.fetchall()
