@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,11 +57,30 @@ def postgres_cpu_s() -> float:
     return total
 
 
+def py_spy_record(pid: int, output: Path) -> subprocess.Popen:
+    """py-spy sampling a worker until it exits (CPU only: idle threads are left out)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    py_spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen(
+        [str(py_spy), "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(output),
+         "--nonblocking"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--history", type=int, default=0)
+    parser.add_argument(
+        "--py-spy",
+        metavar="DIR",
+        type=Path,
+        help="record each worker with py-spy (raw format, DIR/worker-N.raw; summarise them "
+        "with bench/profile_summary.py)",
+    )
     args = parser.parse_args()
     config = harness.config_parse(["--quick"])
     server = harness.server_find(config)
@@ -90,8 +110,13 @@ def main() -> None:
                 statements = False
 
     postgres_before, started, times_before = postgres_cpu_s(), time.monotonic(), os.times()
-    for process in harness.workers_start(config, server, args.workers, until_empty=True):
+    workers = harness.workers_start(config, server, args.workers, until_empty=True)
+    recorders = [py_spy_record(process.pid, args.py_spy / f"worker-{n}.raw")
+                 for n, process in enumerate(workers)] if args.py_spy else []
+    for process in workers:
         process.wait()
+    for recorder in recorders:
+        recorder.wait()
     seconds = time.monotonic() - started
     times_after, postgres_after = os.times(), postgres_cpu_s()
     worker_s = (times_after.children_user + times_after.children_system) - (

@@ -60,8 +60,8 @@ def test_a_create_is_one_statement_once_its_key_is_known(api, settings):
     with statements_sent() as sent:
         assert create(api, "k-1").status_code == 201
     assert len(sent) == 1, sent
-    assert "FROM clients_clientapikey" in sent[0]
-    assert "INSERT INTO notification" in sent[0]
+    # The function that checks the key and inserts (migration notifications 0012).
+    assert "FROM notification_create_checked(" in sent[0]
 
 
 def test_a_key_not_seen_before_is_looked_up_then_the_insert(api, settings):

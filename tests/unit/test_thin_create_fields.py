@@ -147,8 +147,9 @@ def test_a_single_create_takes_no_idempotency_key_field():
 
 
 def test_the_checked_create_returns_the_records_columns_in_order():
-    returning = QUERIES["notification_create_checked"].rpartition("RETURNING")[2]
-    assert tuple(column.strip() for column in returning.split(",")) == RECORD_FIELDS
+    text = QUERIES["notification_create_checked"]
+    selected = text.partition("SELECT")[2].partition("\n  FROM")[0]
+    assert tuple(column.strip() for column in selected.split(",")) == RECORD_FIELDS
 
 
 def test_the_batch_create_answers_created_then_the_records_columns_in_order():
