@@ -62,8 +62,7 @@ def py_spy_record(pid: int, output: Path) -> subprocess.Popen:
     output.parent.mkdir(parents=True, exist_ok=True)
     py_spy = Path(sys.executable).with_name("py-spy")
     return subprocess.Popen(
-        [str(py_spy), "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(output),
-         "--nonblocking"],
+        f"{py_spy} record -p {pid} -r 250 -f raw -o {output} --nonblocking".split(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -111,8 +110,10 @@ def main() -> None:
 
     postgres_before, started, times_before = postgres_cpu_s(), time.monotonic(), os.times()
     workers = harness.workers_start(config, server, args.workers, until_empty=True)
-    recorders = [py_spy_record(process.pid, args.py_spy / f"worker-{n}.raw")
-                 for n, process in enumerate(workers)] if args.py_spy else []
+    recorders = []
+    if args.py_spy:
+        for n, process in enumerate(workers):
+            recorders.append(py_spy_record(process.pid, args.py_spy / f"worker-{n}.raw"))
     for process in workers:
         process.wait()
     for recorder in recorders:
