@@ -18,15 +18,20 @@ The one way a repository runs its `.sql` file. In an app's `repositories.py`:
     SQL["things_list"]  # the query's text (tests run EXPLAIN on it)
 
 What it guarantees, so that repositories need not:
-- Rows are built by name (psycopg's `class_row`): each column fills the dataclass field of the
-  same name, so a query names its columns as the fields (`expr AS field_name` where needed) and
-  reordering a SELECT cannot move a value into the wrong field. A column the dataclass has no
-  field for, a required field no column fills, or a column named twice raises `QueryShapeError`
-  naming them, before any row is built. `row` allows at most one row; `scalar` and `scalars`
-  exactly one column.
+- Rows are built by name: each column fills the dataclass field of the same name, so a query
+  names its columns as the fields (`expr AS field_name` where needed) and reordering a SELECT
+  cannot move a value into the wrong field. A column the dataclass has no field for, a required
+  field no column fills, or a column named twice raises `QueryShapeError` naming them, before
+  any row is built. (When the columns are the fields in their declared order, the checked
+  result is built positionally, which is cheaper and fills the same fields.) `row` allows at
+  most one row; `scalar` and `scalars` exactly one column.
 - Parameters (`%(name)s` in the SQL) are always bound by psycopg, never formatted in; `row` and
   `using` are the gateway's own keywords, so a query that uses either as a parameter name is
-  refused when the file is loaded.
+  refused when the file is loaded. A list bound to a parameter the SQL casts to an array
+  (`%(ids)s::uuid[]`) travels as the text of an array literal, written here for elements that
+  are text, UUIDs, integers, floats, booleans or None (psycopg's own array dumper cost about a
+  microsecond per element, most of a worker's time in Python: docs/performance.md); a list
+  holding anything else is left to psycopg.
 - Types come back decoded, the same way for every query: jsonb as Python values (Django loads
   jsonb as text on its connection, for JSONField to decode; the gateway decodes it on its own
   cursor), json and uuid by psycopg's loaders (`uuid.UUID`), timestamptz as aware datetimes in
@@ -51,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,6 +75,8 @@ T = TypeVar("T")
 # The gateway's own keyword arguments; no query may name a parameter so.
 _RESERVED = frozenset({"row", "using"})
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+# A parameter the statement casts to an array type: `%(name)s::uuid[]`, `%(name)s::text[]`.
+_ARRAY_PARAMETER = re.compile(r"%\((\w+)\)s::[\w ]+\[\]")
 _JSONB_OID = types["jsonb"].oid
 
 
@@ -83,8 +91,13 @@ class Queries(Mapping[str, str]):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._texts = queries_load(path)
-        # (query name, row class) pairs whose result columns fit; see _cursor.
-        self._shapes_checked: set[tuple[str, type]] = set()
+        # (query name, row class) pairs whose result columns fit, and the row factory that
+        # builds their rows; see _cursor.
+        self._row_factories: dict[tuple[str, type], Any] = {}
+        # Per query, the parameters it casts to an array type.
+        self._array_parameters = {
+            name: frozenset(_ARRAY_PARAMETER.findall(text)) for name, text in self._texts.items()
+        }
         for name, text in self._texts.items():
             reserved = sorted(_RESERVED & set(_PLACEHOLDER.findall(text)))
             if reserved:
@@ -149,6 +162,11 @@ class Queries(Mapping[str, str]):
         params: dict[str, Any],
     ) -> Iterator[Any]:
         text = self[name]
+        for key in self._array_parameters[name].intersection(params):
+            if type(value := params[key]) is list:
+                literal = _array_literal(value)
+                if literal is not None:
+                    params[key] = literal
         with (using if using is not None else connection).cursor() as cursor:
             # Through Django's cursor wrapper: query logging, execute wrappers and
             # django-prometheus' cursor class all see the statement.
@@ -162,11 +180,14 @@ class Queries(Mapping[str, str]):
             if result and any(result.ftype(i) == _JSONB_OID for i in range(result.nfields)):
                 raw.adapters.register_loader(_JSONB_OID, JsonbLoader)
             if shape is not None:
-                if (name, shape) not in self._shapes_checked and raw.description is not None:
+                factory = self._row_factories.get((name, shape))
+                if factory is None and raw.description is not None:
                     # A query's columns are fixed by its text: checked on its first result.
-                    self._shape_check(name, shape, [c.name for c in raw.description])
-                    self._shapes_checked.add((name, shape))
-                raw.row_factory = scalar_row if shape is _OneColumn else class_row(shape)
+                    columns = [c.name for c in raw.description]
+                    self._shape_check(name, shape, columns)
+                    factory = _row_factory(shape, columns)
+                    self._row_factories[(name, shape)] = factory
+                raw.row_factory = factory or class_row(shape)
             yield cursor
 
     def _shape_check(self, name: str, shape: type, columns: list[str]) -> None:
@@ -192,6 +213,49 @@ class Queries(Mapping[str, str]):
                 f"query {name!r} ({self.path.name}) returned {len(found)} rows, expected one"
             )
         return found[0] if found else None
+
+
+def _row_factory(shape: type, columns: list[str]) -> Any:
+    """The row factory for a result whose columns passed `_shape_check`: by position when they
+    are the dataclass' fields in order (the same fields, without a dict per row), else by
+    name."""
+    if shape is _OneColumn:
+        return scalar_row
+    positional = [f.name for f in dataclasses.fields(shape) if f.init and not f.kw_only]
+    if columns != positional[: len(columns)]:
+        return class_row(shape)
+
+    def by_position(cursor: Any) -> Any:
+        return lambda values: shape(*values)
+
+    return by_position
+
+
+def _array_literal(values: list[Any]) -> str | None:
+    """The text of a one-dimensional PostgreSQL array literal holding `values`, or None when an
+    element is of a type this does not write (psycopg then dumps the list itself). Text is
+    always double-quoted, with backslash and double quote escaped, so any content (commas,
+    braces, blanks, the word NULL) stays one element; None is NULL."""
+    parts = []
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            if '"' in value or "\\" in value:
+                value = value.replace("\\", "\\\\").replace('"', '\\"')
+            parts.append(f'"{value}"')
+        elif value is None:
+            parts.append("NULL")
+        elif kind is uuid.UUID:
+            parts.append(value.hex)  # 32 hex digits: PostgreSQL's uuid input takes them
+        elif kind is int:
+            parts.append(str(value))
+        elif kind is bool:
+            parts.append("t" if value else "f")
+        elif kind is float:
+            parts.append(repr(value))
+        else:
+            return None
+    return "{" + ",".join(parts) + "}"
 
 
 class _OneColumn:
