@@ -335,6 +335,47 @@ def test_a_claims_admission_counts_its_own_earlier_rows_critical_included(clock)
     assert window_count(recipient) == 3
 
 
+@pytest.mark.parametrize(("limit", "released"), [(3, True), (2, False)])
+def test_a_slot_left_after_a_claims_admission_lets_the_next_held_row_go(clock, limit, released):
+    """One delivery in the window, one row held back by an earlier deferral, one claimed row:
+    with a limit of 3 a slot is still free after the claim, so the held row is due now; with 2
+    the claim took the last slot and the held row keeps waiting. A held row of a recipient the
+    claim does not touch keeps waiting either way."""
+    import uuid
+
+    from ratelimits.repositories import AdmissionRequest
+
+    client = ClientFactory()
+    recipient = "ada@example.com"
+    window_fill(recipient, NotificationFactory(client=client, recipient=recipient), clock.now)
+    hold = {
+        "status": Status.PENDING,
+        "due_at": clock.now + timedelta(seconds=50),
+        "rate_deferred_from": clock.now - timedelta(seconds=5),
+    }
+    held = NotificationFactory(client=client, recipient=recipient, **hold)
+    held_elsewhere = NotificationFactory(client=client, recipient="bob@example.com", **hold)
+    claimed = NotificationFactory(client=client, recipient=recipient)
+
+    admitted = RateLimitRepository().recipients_admit(
+        claims=[AdmissionRequest("email", client.id, recipient, claimed.id, uuid.uuid4(), False)],
+        limit=limit,
+        window_s=WINDOW_S,
+    )
+
+    assert admitted == {claimed.id}
+    held.refresh_from_db()
+    held_elsewhere.refresh_from_db()
+    if released:
+        assert (held.due_at, held.rate_deferred_from) == (clock.now, None)
+    else:
+        assert (held.due_at, held.rate_deferred_from) == (
+            hold["due_at"],
+            hold["rate_deferred_from"],
+        )
+    assert held_elsewhere.rate_deferred_from == hold["rate_deferred_from"]
+
+
 def test_two_claims_admitting_the_same_keys_in_opposite_orders_never_deadlock(clock):
     """Two workers admit claims that share 40 recipients, listed in opposite orders, 10 times
     at the same moment: the keys are locked in one global order, so no statement fails with

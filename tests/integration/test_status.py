@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -181,10 +182,13 @@ def test_status_queries_read_indexes_not_the_whole_notification_table(query):
     notifications_insert_bulk(client_id=client.id, count=20)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE notification")
+        cursor.execute("ANALYZE notification_queue")
         cursor.execute("ANALYZE webhook_event")
         cursor.execute("EXPLAIN " + SQL[query], {"now": timezone.now()})
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "Seq Scan on notification" not in plan, plan
+    # The record (every notification ever made) is never read whole; the queue table holds
+    # only the 20 unsent rows, which the planner may rightly read whole.
+    assert re.search(r"Seq Scan on notification\b", plan) is None, plan
 
 
 @pytest.mark.django_db(transaction=True)

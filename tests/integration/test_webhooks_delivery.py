@@ -464,3 +464,41 @@ def test_the_fair_claims_cost_does_not_grow_with_the_backlog_or_history():
     # Nine times the backlog: the indexes grow a level deeper, a page more for each of the
     # claim's ~30 index probes. Reading the backlog itself would cost hundreds of pages more.
     assert large <= small + 50
+
+
+def test_one_statement_changing_many_rows_queues_an_event_for_each_row_that_became_final():
+    # The outbox trigger runs once per statement (migration delivery 0007): within one UPDATE
+    # it must still pick exactly the rows whose status changed to a reported final status, of
+    # clients with a webhook URL.
+    hooked = ClientFactory(webhook_url="https://hooks.example.com/notify")
+    silent = ClientFactory(webhook_url="")
+    becomes_sent = NotificationFactory(client=hooked, status=Status.PENDING)
+    becomes_dead = NotificationFactory(client=hooked, status=Status.PENDING)
+    stays_sent = NotificationFactory(client=hooked, status=Status.SENT)
+    becomes_cancelled = NotificationFactory(client=hooked, status=Status.PENDING)
+    unhooked_sent = NotificationFactory(client=silent, status=Status.PENDING)
+    new_status = {
+        becomes_sent.id: Status.SENT,
+        becomes_dead.id: Status.DEAD_LETTERED,
+        stays_sent.id: Status.SENT,  # final already: its status does not change
+        becomes_cancelled.id: Status.CANCELLED,  # final, but not reported
+        unhooked_sent.id: Status.SENT,  # its client has no webhook URL
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE notification AS n SET status = s.status, updated_at = now() "
+            "FROM unnest(%s::uuid[], %s::text[]) AS s(id, status) WHERE n.id = s.id",
+            [list(new_status), [str(status) for status in new_status.values()]],
+        )
+
+    queued = sorted(
+        WebhookEvent.objects.values_list("notification_id", "status", "client_id"),
+        key=str,
+    )
+    assert queued == sorted(
+        [
+            (becomes_sent.id, Status.SENT, hooked.id),
+            (becomes_dead.id, Status.DEAD_LETTERED, hooked.id),
+        ],
+        key=str,
+    )
