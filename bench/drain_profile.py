@@ -58,11 +58,12 @@ def postgres_cpu_s() -> float:
 
 
 def py_spy_record(pid: int, output: Path) -> subprocess.Popen:
-    """py-spy sampling a worker until it exits (CPU only: idle threads are left out)."""
+    """py-spy sampling a worker until it exits: the thread holding the GIL in each sample, so
+    shares are of the Python CPU time."""
     output.parent.mkdir(parents=True, exist_ok=True)
     py_spy = Path(sys.executable).with_name("py-spy")
     return subprocess.Popen(
-        f"{py_spy} record -p {pid} -r 250 -f raw -o {output} --nonblocking".split(),
+        f"{py_spy} record -p {pid} -r 250 -f raw -o {output} --nonblocking --gil".split(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.contrib.messages.middleware import MessageMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest, HttpResponse
 
 from notifyqueue.errors import API_PREFIX, error_response
@@ -55,3 +58,28 @@ def api_request_refusal(request: HttpRequest) -> HttpResponse | None:
 
 def _nul(where: str) -> HttpResponse:
     return error_response(400, "invalid_request", f"{where}: {NUL_MESSAGE}", {where: [NUL_MESSAGE]})
+
+
+# The JSON API: every view under it is DRF's, authenticated by API key.
+JSON_API_PREFIX = "/api/v1/"
+
+
+def _browser_only(middleware: type) -> type:
+    """`middleware` for the admin and the browser pages only: a request under /api/v1/ passes
+    through it untouched. The JSON API authenticates by API key and its views are exempt from
+    CSRF, so sessions, Django's user and messages mean nothing there, and setting them up cost
+    about a tenth of a create's CPU (docs/performance.md, "Third round")."""
+
+    class BrowserOnly(middleware):
+        def __call__(self, request: HttpRequest) -> HttpResponse:
+            if request.path_info.startswith(JSON_API_PREFIX):
+                return self.get_response(request)
+            return super().__call__(request)
+
+    BrowserOnly.__name__ = BrowserOnly.__qualname__ = f"BrowserOnly{middleware.__name__}"
+    return BrowserOnly
+
+
+BrowserOnlySessionMiddleware = _browser_only(SessionMiddleware)
+BrowserOnlyAuthenticationMiddleware = _browser_only(AuthenticationMiddleware)
+BrowserOnlyMessageMiddleware = _browser_only(MessageMiddleware)

@@ -88,13 +88,15 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # /api/ only: NUL in path, query or headers -> 400; Content-Length over the cap -> 413.
     "notifyqueue.middleware.ApiRequestGuardMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Django's own, skipped under /api/v1/ (API keys there, no sessions or messages).
+    "notifyqueue.middleware.BrowserOnlySessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "notifyqueue.middleware.BrowserOnlyAuthenticationMiddleware",
+    "notifyqueue.middleware.BrowserOnlyMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_prometheus.middleware.PrometheusAfterMiddleware",
+    # django-prometheus' per-view metrics, each labelled series looked up once per process.
+    "monitoring.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "notifyqueue.urls"

@@ -61,6 +61,43 @@ def test_metrics_page_has_django_and_queue_metrics_and_parses():
 
 
 @pytest.mark.django_db
+def test_per_view_request_series_count_each_request_under_its_own_labels(api):
+    # monitoring.middleware keeps each labelled series it used: every request must still land
+    # in the series of its own view, method and status, and only there.
+    view = "notification-list"
+    responses = "django_http_responses_total_by_status_view_method_total"
+    before = scrape()
+    body = {"channel": "email", "recipient": "ada@example.com", "body": "Hi"}
+    for n in range(3):
+        api.post("/api/v1/notifications", body, format="json", HTTP_IDEMPOTENCY_KEY=f"k-{n}")
+    for _ in range(2):
+        api.post(
+            "/api/v1/notifications",
+            {"channel": "pigeon"},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY="bad",
+        )
+    api.get("/api/v1/notifications")
+    after = scrape()
+
+    def grew(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert grew(responses, status="201", view=view, method="POST") == 3
+    assert grew(responses, status="400", view=view, method="POST") == 2
+    assert grew(responses, status="200", view=view, method="GET") == 1
+    assert (
+        grew(
+            "django_http_requests_total_by_view_transport_method_total",
+            view=view,
+            transport="http",
+            method="POST",
+        )
+        == 5
+    )
+
+
+@pytest.mark.django_db
 def test_queue_gauges_match_the_table_by_status_and_priority():
     client = ClientFactory()
     NotificationFactory.create_batch(2, client=client, priority=Priority.HIGH)
