@@ -239,6 +239,8 @@ def _array_literal(values: list[Any]) -> str | None:
     parts = []
     for value in values:
         kind = type(value)
+        if kind is not str and isinstance(value, str):
+            value, kind = str.__str__(value), str  # a str subclass (TextChoices): its text
         if kind is str:
             if '"' in value or "\\" in value:
                 value = value.replace("\\", "\\\\").replace('"', '\\"')

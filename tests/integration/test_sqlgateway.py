@@ -13,6 +13,7 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 
+from notifications.models import Status
 from notifyqueue.sqlgateway import Queries, QueryShapeError
 
 SQL = """
@@ -193,6 +194,14 @@ def test_lists_cast_to_arrays_come_back_element_for_element(queries):
     assert queries.row(
         "arrays_echo", row=Arrays, texts=[], ids=[], numbers=[], fractions=[], flags=[], moments=[]
     ) == Arrays([], [], [], [], [], [])
+
+
+def test_text_choices_in_a_list_go_as_their_text(queries):
+    # Enumerations that are str (Django's TextChoices) are written like any text.
+    elements = queries.rows("arrays_unnest", row=Element, texts=[Status.SENT, Status.PENDING])
+
+    assert [e.value for e in elements] == ["SENT", "PENDING"]
+    assert type(elements[0].value) is str
 
 
 def test_each_element_of_a_text_array_stays_one_element(queries):
