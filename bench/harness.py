@@ -109,7 +109,9 @@ def config_parse(argv: list[str]) -> Config:
         action="store_true",
         help="a 1,000,000-row backlog (adds several minutes)",
     )
-    parser.add_argument("--drain-rows", type=int, help="rows per drain run (default 6,000)")
+    parser.add_argument(
+        "--drain-rows", type=int, help="rows per drain run (default 20,000; quick 10,000)"
+    )
     parser.add_argument(
         "--history-rows",
         type=int,
@@ -164,7 +166,7 @@ def config_parse(argv: list[str]) -> Config:
         repeats=args.repeats or (1 if quick else 3),
         seconds=args.seconds or (3 if quick else 5),
         backlog=backlog,
-        drain_rows=args.drain_rows or (3_000 if quick else 6_000),
+        drain_rows=args.drain_rows or (10_000 if quick else 20_000),
         history_rows=args.history_rows or backlog,
         slow_rows=1_000 if quick else 2_000,
         peer_drain_seconds=5 if quick else 10,
@@ -507,6 +509,45 @@ def workers_start(
     ]
 
 
+def workers_ready(server: Server, processes: list[subprocess.Popen], timeout: float = 60) -> None:
+    """Waits until every `run_worker` process has written its heartbeat (its loop is running):
+    a drain timed while a second process is still importing Django, a core's work for a second
+    or two, measures that start-up with it."""
+    pids = [p.pid for p in processes]
+    deadline = time.monotonic() + timeout
+    with server.connect(DATABASES["ours"]) as conn:
+        while time.monotonic() < deadline:
+            # Running now: a stopped worker of an earlier run may have had the same pid.
+            (ready,) = conn.execute(
+                "SELECT count(*) FROM worker_heartbeat WHERE pid = ANY(%s) AND stopped_at IS NULL",
+                [pids],
+            ).fetchone()
+            if ready == len(pids):
+                return
+            if any(p.poll() is not None for p in processes):
+                raise SystemExit("a run_worker process exited before it was ready")
+            time.sleep(0.05)
+    raise SystemExit(f"run_worker processes not ready within {timeout:.0f} s")
+
+
+def connections_ready(server: Server, database: str, count: int, timeout: float = 60) -> None:
+    """Waits until `database` has `count` client connections besides this one: a peer's worker
+    processes have connected (their loops start then), so their start-up is left out of the
+    drain as ours is."""
+    deadline = time.monotonic() + timeout
+    with server.connect(database) as conn:
+        while time.monotonic() < deadline:
+            (connected,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            ).fetchone()
+            if connected >= count:
+                time.sleep(0.3)  # past connecting: listening or polling
+                return
+            time.sleep(0.05)
+    raise SystemExit(f"{database}: workers not connected within {timeout:.0f} s")
+
+
 def processes_stop(processes: list[subprocess.Popen], timeout: float = 60) -> None:
     for p in processes:
         if p.poll() is None:
@@ -545,11 +586,12 @@ class Rows:
 
     def create(self, prefix: str, count: int, *, chunk: int = 5_000) -> None:
         """`count` PENDING notifications due now, each to its own recipient (the rate limit
-        is per recipient), with keys `<prefix>-<n>`."""
+        is per recipient), with keys `<prefix>-<n>`, committed together: workers already
+        running see all of them at once."""
         if self.create_many is None:
             self._insert(prefix, count, status="PENDING")
             return
-        with self.server.connect(DATABASES["ours"]) as conn:
+        with self.server.connect(DATABASES["ours"]) as conn, conn.transaction():
             for start in range(0, count, chunk):
                 items = [
                     {
@@ -1105,6 +1147,16 @@ class Bench:
             f.peers.setdefault(system, []).append(got["rate"])
             log(f"  {system}: {got['rate']:,.0f}/s")
 
+    def drain_ours(self, prefix: str, workers: int) -> float:
+        """`workers` run_worker processes drain `drain_rows` rows: the processes are running,
+        idle, before the rows are written (in one commit), so the rate is the drain's alone
+        (the peers' runs below do the same)."""
+        c = self.config
+        processes = workers_start(c, self.server, workers, until_empty=False)
+        workers_ready(self.server, processes)
+        self.rows.create(prefix, c.drain_rows)
+        return drain_timed(lambda: self.rows.waiting(prefix), c.drain_rows, processes)
+
     def drain(self, r: int, workers: int) -> None:
         c = self.config
         f = self.figure(
@@ -1114,15 +1166,11 @@ class Bench:
             "simulated provider",
             "notifications/s",
         )
-        prefix = f"drain{workers}r{r}"
-        self.rows.create(prefix, c.drain_rows)
-        processes = workers_start(c, self.server, workers, until_empty=True)
-        rate = drain_timed(lambda: self.rows.waiting(prefix), c.drain_rows, processes)
+        rate = self.drain_ours(f"drain{workers}r{r}", workers)
         f.ours.append(rate)
         log(f"{f.name}: {rate:,.0f}/s")
         for system in PEERS:
             peer_empty(self.server, system)
-            peer_fill(self.server, system, c.drain_rows)
             processes = [
                 subprocess.Popen(
                     [
@@ -1137,12 +1185,15 @@ class Bench:
                         str(c.worker_concurrency),
                         "--batch-size",
                         str(c.worker_batch),
+                        "--wait",  # running before its jobs are written; stopped when timed
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
                 for _ in range(workers)
             ]
+            connections_ready(self.server, DATABASES[system], workers)
+            peer_fill(self.server, system, c.drain_rows)
             got = drain_timed(
                 lambda s=system: peer_waiting(self.server, s),
                 c.drain_rows,
@@ -1371,10 +1422,7 @@ class Bench:
         )
         f.versus = "drain-1"
         for r in range(c.repeats):
-            prefix = f"history{r}drain"
-            self.rows.create(prefix, c.drain_rows)
-            processes = workers_start(c, self.server, 1, until_empty=True)
-            rate = drain_timed(lambda p=prefix: self.rows.waiting(p), c.drain_rows, processes)
+            rate = self.drain_ours(f"history{r}drain", 1)
             f.ours.append(rate)
             log(f"{f.name}: {rate:,.0f}/s")
 

@@ -35,12 +35,19 @@ WITH RECURSIVE pairs AS (
         LIMIT 1
     ) AS following
 ), due_pairs AS (
+    -- A pair has a due row: its earliest, one probe of queue_pending_client per pair. (A
+    -- plain EXISTS let the planner read the whole queue and group it when one client's
+    -- backlog was large; without the ORDER BY, a scan of the queue until a match.)
     SELECT pr.priority, pr.client_id,
            ceil(%(limit)s::numeric / count(*) OVER (PARTITION BY pr.priority))::int AS share
     FROM pairs AS pr
-    WHERE EXISTS (SELECT 1 FROM notification_queue AS q
-                  WHERE q.status = 'PENDING' AND q.priority = pr.priority
-                    AND q.client_id = pr.client_id AND q.due_at <= notifyqueue_now())
+    CROSS JOIN LATERAL (
+        SELECT q.due_at FROM notification_queue AS q
+        WHERE q.status = 'PENDING' AND q.priority = pr.priority
+          AND q.client_id = pr.client_id AND q.due_at <= notifyqueue_now()
+        ORDER BY q.due_at
+        LIMIT 1
+    ) AS due_now
 ), due AS (
     SELECT head.id
     FROM due_pairs AS dp

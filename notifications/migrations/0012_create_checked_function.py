@@ -6,7 +6,7 @@ queue and wake-up triggers and the commit are the other half). PL/pgSQL keeps th
 statement of a function for the life of the server connection, so a create now pays for
 parsing a function call instead. Nothing of this lives in the client's session: any server
 connection compiles the function on its first call, which is why it runs through PgBouncer in
-transaction mode where a prepared statement would not (docs/performance.md, "Third round").
+transaction mode where a prepared statement would not (docs/performance.md, "Fourth round").
 
 The rule is the statement's as it was (notifications/sql/notifications.sql): the row is
 inserted only while the API key with this prefix and hash is still the client's, unrevoked
