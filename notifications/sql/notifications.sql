@@ -169,12 +169,15 @@ RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, 
 
 -- name: client_pending_count
 -- Counts at most `limit` rows, so the cost is bounded by the limit, not by the backlog.
--- Served by notification_queue's queue_client_status (client_id, status, ...).
+-- Served by notification_queue's queue_client_status (client_id, status, created_at DESC,
+-- id DESC): the ORDER BY is that index's, so the planner reads it and stops at the limit
+-- rather than filtering another index by client or collecting every match in a bitmap.
 SELECT count(*) FROM (
     SELECT 1
       FROM notification_queue
      WHERE client_id = %(client_id)s
        AND status = 'PENDING'
+     ORDER BY created_at DESC, id DESC
      LIMIT %(limit)s
 ) AS pending;
 
