@@ -335,6 +335,58 @@ def test_a_claims_admission_counts_its_own_earlier_rows_critical_included(clock)
     assert window_count(recipient) == 3
 
 
+def test_a_claims_admission_counts_each_key_without_reading_the_whole_window(clock):
+    """The admission's plans are kept for the connection (PL/pgSQL), made while the window
+    table was small; then it fills with 20,000 deliveries of other recipients (no ANALYZE
+    yet). The admission still counts each key of the claim through ratelimit_key_at: a plan
+    that scanned the window table made every claim cost more the more was sent lately."""
+    import uuid
+
+    from django.db import connection, transaction
+
+    from ratelimits.repositories import AdmissionRequest
+
+    client = ClientFactory()
+    repository = RateLimitRepository()
+
+    def admit(count: int) -> set:
+        rows = NotificationFactory.create_batch(count, client=client)
+        claims = [
+            AdmissionRequest("email", client.id, n.recipient, n.id, uuid.uuid4(), False)
+            for n in rows
+        ]
+        admitted = repository.recipients_admit(claims=claims, limit=10, window_s=WINDOW_S)
+        assert admitted == {n.id for n in rows}
+        return admitted
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE ratelimit_delivery")  # small: a few rows at most
+    for _ in range(8):  # past PL/pgSQL's five custom plans: the kept plan is made now
+        admit(1)
+    anchor = NotificationFactory(client=client)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token) "
+            "SELECT sha256(('other-' || g)::bytea), %s, %s, gen_random_uuid() "
+            "FROM generate_series(1, 20000) AS g",
+            [clock.now, anchor.id],
+        )
+
+    def rows_read_by_sequential_scans() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_stat_get_xact_tuples_returned('ratelimit_delivery'::regclass)"
+            )
+            return cursor.fetchone()[0]
+
+    with transaction.atomic():  # the counter is this transaction's
+        before = rows_read_by_sequential_scans()
+        admit(50)
+        after = rows_read_by_sequential_scans()
+
+    assert after - before < 1000, (before, after)
+
+
 @pytest.mark.parametrize(("limit", "released"), [(3, True), (2, False)])
 def test_a_slot_left_after_a_claims_admission_lets_the_next_held_row_go(clock, limit, released):
     """One delivery in the window, one row held back by an earlier deferral, one claimed row:
