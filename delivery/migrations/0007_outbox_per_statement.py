@@ -10,6 +10,8 @@ the clients once. A trigger with transition tables cannot name columns (`UPDATE 
 so it runs after every UPDATE of the table and picks the rows whose status changed itself.
 """
 
+from importlib import import_module
+
 from django.db import migrations
 
 PER_STATEMENT = """
@@ -39,28 +41,10 @@ FOR EACH STATEMENT
 EXECUTE FUNCTION notification_webhook_outbox();
 """
 
-PER_ROW = """
-DROP TRIGGER notification_webhook_outbox ON notification;
-
-CREATE OR REPLACE FUNCTION notification_webhook_outbox() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO webhook_event (id, client_id, notification_id, status, attempt_count,
-                               occurred_at, state, delivery_attempts, next_attempt_at, created_at)
-    SELECT gen_random_uuid(), NEW.client_id, NEW.id, NEW.status, NEW.attempt_count,
-           NEW.updated_at, 'PENDING', 0, NEW.updated_at, NEW.updated_at
-    FROM clients_client AS c
-    WHERE c.id = NEW.client_id AND c.webhook_url <> '';
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER notification_webhook_outbox
-AFTER UPDATE OF status ON notification
-FOR EACH ROW
-WHEN (NEW.status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'SUPPRESSED')
-      AND OLD.status IS DISTINCT FROM NEW.status)
-EXECUTE FUNCTION notification_webhook_outbox();
-"""
+# Migration 0002's row trigger, put back when this migration is reversed.
+PER_ROW = "DROP TRIGGER notification_webhook_outbox ON notification;\n" + import_module(
+    "delivery.migrations.0002_notification_triggers"
+).OUTBOX.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
 
 
 class Migration(migrations.Migration):

@@ -29,34 +29,17 @@ from django.db import migrations
 
 BEFORE = import_module("ratelimits.migrations.0006_ratelimit_admit_set_based").ADMIT_MANY
 
-RELEASE_STEP_BEFORE = """
-    PERFORM ratelimit_release_next(last.channel, last.client_id, last.recipient, last.id)
-    FROM (
-        SELECT DISTINCT ON (c.key) c.key, c.channel, c.client_id, c.recipient, c.id, c.critical
-        FROM unnest(p_channels, p_clients, p_recipients, p_notifications, p_criticals, keys)
-             AS c(channel, client_id, recipient, id, critical, key)
-        ORDER BY c.key, c.id DESC
-    ) AS last
+# The freed-slot step's condition, and the probe put before its count.
+RELEASE_CONDITION = """
     WHERE NOT last.critical
-      AND (SELECT count(*) FROM ratelimit_delivery AS d
-           WHERE d.key = last.key AND d.at > window_start) < p_limit;
-"""
+      AND (SELECT count(*) FROM ratelimit_delivery AS d"""
 
-RELEASE_STEP = """
-    PERFORM ratelimit_release_next(last.channel, last.client_id, last.recipient, last.id)
-    FROM (
-        SELECT DISTINCT ON (c.key) c.key, c.channel, c.client_id, c.recipient, c.id, c.critical
-        FROM unnest(p_channels, p_clients, p_recipients, p_notifications, p_criticals, keys)
-             AS c(channel, client_id, recipient, id, critical, key)
-        ORDER BY c.key, c.id DESC
-    ) AS last
+RELEASE_PROBE = """
     WHERE NOT last.critical
       -- Only a key with a held row has anything to release (notification_rate_held).
       AND EXISTS (SELECT 1 FROM notification AS w
                   WHERE w.recipient = last.recipient AND w.rate_deferred_from IS NOT NULL)
-      AND (SELECT count(*) FROM ratelimit_delivery AS d
-           WHERE d.key = last.key AND d.at > window_start) < p_limit;
-"""
+      AND (SELECT count(*) FROM ratelimit_delivery AS d"""
 
 COUNT_STEP_BEFORE = """
     ), counted AS (
@@ -80,9 +63,9 @@ COUNT_STEP = """
 
 ARGUMENTS = "text[], uuid[], text[], uuid[], uuid[], boolean[], integer, double precision"
 
-assert RELEASE_STEP_BEFORE in BEFORE
-assert COUNT_STEP_BEFORE in BEFORE
-ADMIT_MANY = BEFORE.replace(RELEASE_STEP_BEFORE, RELEASE_STEP).replace(
+assert BEFORE.count(RELEASE_CONDITION) == 1
+assert BEFORE.count(COUNT_STEP_BEFORE) == 1
+ADMIT_MANY = BEFORE.replace(RELEASE_CONDITION, RELEASE_PROBE).replace(
     COUNT_STEP_BEFORE, COUNT_STEP
 )
 

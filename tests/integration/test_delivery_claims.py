@@ -190,6 +190,14 @@ def test_a_crash_on_the_last_attempt_gets_one_final_resend_then_dead_letters():
     assert "did not report back" in notification.last_error
 
 
+def claim_plan(cursor) -> str:
+    cursor.execute(
+        "EXPLAIN " + SQL["notification_claim_due"],
+        {"worker": "w", "limit": 100, "claim_timeout_s": 30},
+    )
+    return "\n".join(row[0] for row in cursor.fetchall())
+
+
 @pytest.mark.django_db
 def test_claim_plan_reads_the_partial_pending_index():
     """40,000 rows from four clients, one in ten still waiting: the claim walks the (priority,
@@ -213,11 +221,7 @@ def test_claim_plan_reads_the_partial_pending_index():
         )
         cursor.execute("ANALYZE notification")
         cursor.execute("ANALYZE notification_queue")
-        cursor.execute(
-            "EXPLAIN " + SQL["notification_claim_due"],
-            {"worker": "w", "limit": 100, "claim_timeout_s": 30},
-        )
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+        plan = claim_plan(cursor)
     assert "using queue_pending_client" in plan, plan
     assert "Seq Scan" not in plan, plan
 
@@ -237,11 +241,7 @@ def test_claim_plan_starts_from_the_queue_even_with_stale_statistics():
         cursor.execute("ANALYZE notification")  # after it: none PENDING
     notifications_insert_bulk(client_id=client, count=2_000, status="PENDING")
     with connection.cursor() as cursor:
-        cursor.execute(
-            "EXPLAIN " + SQL["notification_claim_due"],
-            {"worker": "w", "limit": 100, "claim_timeout_s": 30},
-        )
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+        plan = claim_plan(cursor)
     assert "Seq Scan on notification " not in plan, plan
     assert "using queue_pending_client" in plan, plan
 
@@ -257,11 +257,7 @@ def test_claim_plan_probes_each_pair_even_when_one_client_has_a_large_backlog():
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE notification")
         cursor.execute("ANALYZE notification_queue")
-        cursor.execute(
-            "EXPLAIN " + SQL["notification_claim_due"],
-            {"worker": "w", "limit": 100, "claim_timeout_s": 30},
-        )
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+        plan = claim_plan(cursor)
     assert "Seq Scan" not in plan, plan
 
 
