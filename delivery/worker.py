@@ -265,14 +265,7 @@ class Worker:
 
     def _loop_once(self, *, until_empty: bool) -> bool:
         """One turn of the loop; False once `until_empty` finds nothing left to do."""
-        if time.monotonic() >= self._next_maintenance:
-            self.heartbeat()
-            if self.reclaim_expired():
-                self._dry = False
-            self._next_maintenance = time.monotonic() + self.config.heartbeat_s
-        if time.monotonic() >= self._next_statistics_check:
-            self.statistics_refresh()
-            self._next_statistics_check = time.monotonic() + STATISTICS_CHECK_S
+        self._maintain(time.monotonic())
         self._wake.clear()  # a wake-up from now on ends the wait below at once
         # Claim unless the last claim found nothing more and nothing may have become due
         # since (a NOTIFY, the next row's due time).
@@ -296,6 +289,19 @@ class Worker:
             until = min(until, self._due_check_at)
         self._wake.wait(max(0.0, until - time.monotonic()))
         return True
+
+    def _maintain(self, now: float) -> None:
+        """What is due at `now` (time.monotonic()): the heartbeat and the reclaim of expired
+        claims every heartbeat_s; the hot tables' statistics every STATISTICS_CHECK_S, so a
+        busy worker refreshes them within a second of a burst."""
+        if now >= self._next_maintenance:
+            self.heartbeat()
+            if self.reclaim_expired():
+                self._dry = False
+            self._next_maintenance = now + self.config.heartbeat_s
+        if now >= self._next_statistics_check:
+            self.statistics_refresh()
+            self._next_statistics_check = now + STATISTICS_CHECK_S
 
     def _idle_wait_s(self) -> float:
         """Sleeps until the next row is due, but never longer than the poll interval, so a

@@ -97,6 +97,20 @@ def test_per_view_request_series_count_each_request_under_its_own_labels(api):
     )
 
 
+def test_the_per_view_series_cache_stops_growing_at_its_bound(monkeypatch):
+    # A client inventing request methods makes a new latency series each; the middleware's
+    # own cache of them must not grow without end.
+    from monitoring import middleware
+
+    monkeypatch.setattr(middleware, "CHILDREN_KEPT", 5)
+    after = middleware.PrometheusAfterMiddleware(lambda request: None)
+    metric = after.metrics.requests_latency_by_view_method
+    children = [after.label_metric(metric, None, view="v", method=f"INVENTED{n}") for n in range(8)]
+
+    assert len(after._children) == 5
+    assert children[7] is metric.labels(view="v", method="INVENTED7")  # still counted
+
+
 @pytest.mark.django_db
 def test_queue_gauges_match_the_table_by_status_and_priority():
     client = ClientFactory()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import uuid
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import DataError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 
@@ -170,30 +171,25 @@ def test_rows_whose_columns_follow_the_fields_in_order_are_the_same_rows(queries
 
 
 def test_lists_cast_to_arrays_come_back_element_for_element(queries):
-    ids = [uuid.uuid4(), uuid.UUID(int=0)]
-    found = queries.row(
-        "arrays_echo",
-        row=Arrays,
+    sent = Arrays(
         texts=HOSTILE_TEXTS,
-        ids=ids,
+        ids=[uuid.uuid4(), uuid.UUID(int=0)],
         numbers=[0, -1, 2**62],
         fractions=[0.1, -2.5e-300, 1e300, float("inf")],
         flags=[True, False],
         # Not a type the gateway writes: psycopg dumps this list itself.
         moments=[NOW, NOW + dt.timedelta(days=1)],
     )
+    empty = Arrays([], [], [], [], [], [])
 
-    assert found == Arrays(
-        texts=HOSTILE_TEXTS,
-        ids=ids,
-        numbers=[0, -1, 2**62],
-        fractions=[0.1, -2.5e-300, 1e300, float("inf")],
-        flags=[True, False],
-        moments=[NOW, NOW + dt.timedelta(days=1)],
-    )
-    assert queries.row(
-        "arrays_echo", row=Arrays, texts=[], ids=[], numbers=[], fractions=[], flags=[], moments=[]
-    ) == Arrays([], [], [], [], [], [])
+    for arrays in (sent, empty):
+        assert queries.row("arrays_echo", row=Arrays, **dataclasses.asdict(arrays)) == arrays
+
+
+def test_a_nul_in_a_list_element_is_refused_before_the_statement_runs(queries):
+    # PostgreSQL text cannot hold NUL: refused as psycopg refuses it in any text parameter.
+    with pytest.raises(DataError):
+        queries.rows("arrays_unnest", row=Element, texts=["fine", "not\x00fine"])
 
 
 def test_text_choices_in_a_list_go_as_their_text(queries):

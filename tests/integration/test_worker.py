@@ -17,7 +17,7 @@ from delivery.models import DeliveryAttempt, InboxMessage, Outcome, SimulatedPro
 from delivery.repositories import DeliveryRepository
 from delivery.services import RetryPolicy
 from notifications.models import Channel, Notification, Status
-from tests.support.delivery_helpers import FakeClock, worker_build
+from tests.support.delivery_helpers import FakeClock, simulated_providers, worker_build
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.races import run_in_threads
 from webhooks.models import WebhookEvent
@@ -569,7 +569,30 @@ def test_a_stop_during_the_send_time_checks_gives_the_claim_back_unsent(close_wo
     assert not RecipientDelivery.objects.exists()
 
 
-def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_heartbeat():
+def test_a_busy_worker_checks_the_statistics_every_second_and_beats_at_its_heartbeat():
+    """The statistics check has its own timer (STATISTICS_CHECK_S): a burst drains in seconds,
+    and a check only at the heartbeat let it be claimed with an empty queue's plans."""
+    from delivery.services import RetryPolicy
+    from delivery.worker import STATISTICS_CHECK_S, Worker, WorkerConfig
+
+    worker = Worker(
+        providers=simulated_providers(),
+        config=WorkerConfig(heartbeat_s=60.0),
+        policy=RetryPolicy(base_s=0.5, max_s=60.0),
+    )
+    calls = []
+    worker.heartbeat = lambda: calls.append("heartbeat")
+    worker.reclaim_expired = lambda: calls.append("reclaim") and 0
+    worker.statistics_refresh = lambda: calls.append("statistics") or []
+
+    for now in (1000.0, 1000.0 + STATISTICS_CHECK_S / 2, 1000.0 + STATISTICS_CHECK_S * 1.5):
+        worker._maintain(now)
+    assert calls == ["heartbeat", "reclaim", "statistics", "statistics"]
+    worker._maintain(1061.0)
+    assert calls[4:] == ["heartbeat", "reclaim", "statistics"]
+
+
+def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check():
     """Autoanalyze waits for 10 % of a table to change; until it comes round the planner
     thinks a burst of due rows is one row and every claim may read the whole backlog. The
     worker's maintenance analyzes a hot table once it changed by more than
