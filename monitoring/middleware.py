@@ -11,6 +11,7 @@ series (its metric grows as it did; the cache stops growing at its bound).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django_prometheus import middleware
@@ -33,3 +34,46 @@ class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
             if len(self._children) < CHILDREN_KEPT:
                 self._children[key] = child
         return child
+
+
+class ShortcutMetrics:
+    """The series django-prometheus' two middleware record for a request, recorded for an
+    answer given before Django's handler (notifyqueue/shortcuts.py): the same metrics and
+    labels, each labelled child kept as `PrometheusAfterMiddleware` keeps them."""
+
+    def __init__(self) -> None:
+        self.metrics = middleware.Metrics.get_instance()
+        self._children: dict[tuple, Any] = {}
+
+    def _child(self, metric: Any, **labels: str) -> Any:
+        key = (id(metric), *labels.items())
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(**labels)
+        return child
+
+    def __call__(self, request: Any, response: Any, view: str, started: float) -> None:
+        """Only for POST (the shortcuts' one method), so the children stay few: a status and
+        a transport per view at most."""
+        m = self.metrics
+        transport = "https" if request.is_secure() else "http"
+        status = str(response.status_code)
+        m.requests_total.inc()
+        self._child(m.requests_by_method, method="POST").inc()
+        self._child(m.requests_by_transport, transport=transport).inc()
+        if request.headers.get("x-requested-with") == "XMLHttpRequest":
+            m.requests_ajax.inc()
+        m.requests_body_bytes.observe(int(request.headers.get("content-length") or 0))
+        self._child(
+            m.requests_by_view_transport_method, view=view, transport=transport, method="POST"
+        ).inc()
+        self._child(m.responses_by_status, status=status).inc()
+        self._child(
+            m.responses_by_status_view_method, status=status, view=view, method="POST"
+        ).inc()
+        self._child(m.responses_by_charset, charset=str(response.charset)).inc()
+        m.responses_body_bytes.observe(len(response.content))
+        elapsed = time.perf_counter() - started
+        self._child(m.requests_latency_by_view_method, view=view, method="POST").observe(elapsed)
+        m.responses_total.inc()
+        m.requests_latency_before.observe(elapsed)

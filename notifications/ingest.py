@@ -69,7 +69,9 @@ from notifyqueue.vocabulary import (
 from preferences.routing import NotificationContent
 from templates.models import EVENT_MAX_LENGTH, SUBJECT_MAX_LENGTH
 
-View = Callable[..., HttpResponse]
+# The DRF view a request goes to when the thin path does not settle it; under the WSGI shortcut
+# (notifyqueue/shortcuts.py) a function answering None: the request then goes the long way.
+View = Callable[..., HttpResponse | None]
 
 _JSON_TYPES = frozenset(
     {"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8"}
@@ -296,7 +298,7 @@ def _critical_refused(caller: KeyRow, fields: dict[str, Any]) -> bool:
     return fields.get("priority") == Priority.CRITICAL and not caller.may_send_critical
 
 
-def create(request: HttpRequest, *, drf_view: View, allow: str) -> HttpResponse:
+def create(request: HttpRequest, *, drf_view: View, allow: str) -> HttpResponse | None:
     """POST /notifications."""
     key = request.META.get("HTTP_IDEMPOTENCY_KEY")
     if not _plain_json_request(request) or services.idempotency_key_problem(key) is not None:
@@ -385,7 +387,7 @@ def batch(
     drf_view: View,
     allow: str,
     item_slow: Callable[[Any, KeyRow], services.BatchItem | DomainError],
-) -> HttpResponse:
+) -> HttpResponse | None:
     """POST /notifications/batch. `item_slow` validates an item that is not plainly valid with
     the DRF item serializer (notifications/views.py), as the DRF view does."""
     if not _plain_json_request(request):

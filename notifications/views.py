@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import serializers, status
@@ -17,6 +18,7 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from clients.permissions import IsOperator
+from monitoring.middleware import ShortcutMetrics
 from notifications import ingest, listing, retries, schema, services
 from notifications.models import Priority
 from notifications.schema import IDEMPOTENCY_HEADER
@@ -32,6 +34,7 @@ from notifications.serializers import (
     notification_request,
 )
 from notifyqueue.errors import InvalidRequest, error_body
+from notifyqueue.shortcuts import Shortcut, Shortcuts
 from preferences.routing import NotificationContent
 
 
@@ -243,14 +246,19 @@ def _batch_results(outcomes: list[services.BatchOutcome]) -> list[dict]:
     return results
 
 
-def _thin_post(drf_class: type[APIView], post: Callable[..., HttpResponse]) -> Callable:
+def _allowed_methods(drf_class: type[APIView]) -> str:
+    """The DRF view's `Allow` header, which the thin path's answers carry too."""
+    described = drf_class()
+    described.setup(None)
+    return ", ".join(described.allowed_methods)
+
+
+def _thin_post(drf_class: type[APIView], post: Callable[..., HttpResponse | None]) -> Callable:
     """The URL's view: POST goes the thin path (notifications/ingest.py), which hands any
     request it does not settle to the DRF view; other methods go to the DRF view. The DRF
     view stays what the OpenAPI schema documents (`cls`, `initkwargs`)."""
     drf_view = drf_class.as_view()
-    described = drf_class()
-    described.setup(None)
-    allow = ", ".join(described.allowed_methods)
+    allow = _allowed_methods(drf_class)
 
     @csrf_exempt
     def view(request: HttpRequest, *args, **kwargs) -> HttpResponse:
@@ -263,10 +271,27 @@ def _thin_post(drf_class: type[APIView], post: Callable[..., HttpResponse]) -> C
     return view
 
 
+_create_batch = functools.partial(ingest.batch, item_slow=_batch_item)
 notification_collection = _thin_post(NotificationCollectionView, ingest.create)
-notification_batch = _thin_post(
-    NotificationBatchView, functools.partial(ingest.batch, item_slow=_batch_item)
-)
+notification_batch = _thin_post(NotificationBatchView, _create_batch)
+
+
+def _long_way(request: HttpRequest) -> None:
+    """The shortcut's `drf_view`: the request goes through Django's handler to the URL's view."""
+    return None
+
+
+def api_shortcuts() -> Shortcuts:
+    """`settings.API_SHORTCUTS`: the thin path's two POSTs, taken before Django's handler
+    (notifyqueue/shortcuts.py). Whatever the thin path gives back goes the long way."""
+    routes = {}
+    for name, drf_class, post in (
+        ("notification-list", NotificationCollectionView, ingest.create),
+        ("notification-batch", NotificationBatchView, _create_batch),
+    ):
+        answer = functools.partial(post, drf_view=_long_way, allow=_allowed_methods(drf_class))
+        routes[reverse(name)] = Shortcut(view_name=name, answer=answer)
+    return Shortcuts(routes=routes, record=ShortcutMetrics())
 
 
 def _invalid(errors: dict) -> InvalidRequest:
