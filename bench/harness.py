@@ -71,6 +71,7 @@ class Config:
     slow_concurrency: int
     latency_rate: float
     latency_seconds: float
+    latency_warmup: float
     # fairness: one client floods `fairness_flood` rows, then each of the others creates
     # `fairness_quiet`, all at NORMAL priority, drained by `fairness_workers` processes.
     fairness_clients: int
@@ -152,6 +153,13 @@ def config_parse(argv: list[str]) -> Config:
     parser.add_argument(
         "--latency-rate", type=float, default=200, help="creates per second (default 200)"
     )
+    parser.add_argument(
+        "--latency-warmup",
+        type=float,
+        default=1.0,
+        help="seconds at the latency rate before the measured ones, not counted (default 1; "
+        "the peers' runs too)",
+    )
     parser.add_argument("--project-python", type=Path, default=ROOT / ".venv" / "bin" / "python")
     parser.add_argument("--database-url", help="any database on the PostgreSQL server to use")
     parser.add_argument("--port", type=int, default=0, help="API port (default: a free one)")
@@ -173,6 +181,7 @@ def config_parse(argv: list[str]) -> Config:
         slow_concurrency=args.slow_concurrency,
         latency_rate=args.latency_rate,
         latency_seconds=5 if quick else 10,
+        latency_warmup=args.latency_warmup,
         fairness_clients=max(2, args.fairness_clients),
         fairness_flood=args.fairness_flood or (5_000 if quick else 20_000),
         fairness_quiet=args.fairness_quiet,
@@ -905,9 +914,10 @@ def http_provider_env(provider: Provider) -> dict[str, str]:
 
 
 def steady_creates(config: Config, api_key: str, prefix: str) -> int:
-    """Single creates at a steady `latency_rate` per second for `latency_seconds`, from a pool
-    of keep-alive connections (open loop: a slow answer does not delay the next create)."""
-    total = int(config.latency_rate * config.latency_seconds)
+    """Single creates at a steady `latency_rate` per second for `latency_warmup` then
+    `latency_seconds`, from a pool of keep-alive connections (open loop: a slow answer does
+    not delay the next create). Keys are `prefix-n`, n counting from 0 in sending order."""
+    total = int(config.latency_rate * (config.latency_warmup + config.latency_seconds))
     interval = 1.0 / config.latency_rate
     lock = threading.Lock()
     local = threading.local()
@@ -1367,19 +1377,20 @@ class Bench:
                 time.sleep(0.2)
             processes_stop(processes)
             with self.server.connect(DATABASES["ours"]) as conn:
-                created = dict(
-                    conn.execute(
-                        "SELECT id::text, extract(epoch FROM created_at) FROM notification "
-                        "WHERE idempotency_key LIKE %s",
-                        [f"{prefix}-%"],
-                    ).fetchall()
-                )
+                created = conn.execute(
+                    "SELECT id::text, idempotency_key, extract(epoch FROM created_at) "
+                    "FROM notification WHERE idempotency_key LIKE %s",
+                    [f"{prefix}-%"],
+                ).fetchall()
             seen = {k.split(":")[0]: v for k, v in provider.first_seen.items()}
-            waits = [1000 * (seen[i] - float(t)) for i, t in created.items() if i in seen]
+            # The warm-up's creates (the first latency_warmup seconds) are sent, not counted.
+            warmup = int(c.latency_rate * c.latency_warmup)
+            counted = [(i, t) for i, key, t in created if int(key.rsplit("-", 1)[1]) >= warmup]
+            waits = [1000 * (seen[i] - float(t)) for i, t in counted if i in seen]
             self.provider_check(prefix, provider)
-        if len(waits) < total:
+        if len(seen) < total:
             self.problems.append(
-                f"latency run {r}: {total - len(waits)} of {total} never reached the provider"
+                f"latency run {r}: {total - len(seen)} of {total} never reached the provider"
             )
         for p in (50, 95, 99):
             f = self.figure(
@@ -1402,6 +1413,8 @@ class Bench:
                 str(c.latency_rate),
                 "--seconds",
                 str(c.latency_seconds),
+                "--warmup",
+                str(c.latency_warmup),
             )
             for p in (50, 95, 99):
                 self.figures[f"latency-p{p}"].peers.setdefault(system, []).append(got[f"p{p}_ms"])

@@ -7,7 +7,7 @@ prints one JSON object on its last line. The harness (bench/harness.py) calls:
     peers.py ingest-single --system S --dsn URL --seconds 10 --connections 8
     peers.py ingest-batch  --system S --dsn URL --seconds 10 --connections 4 --batch 1000
     peers.py worker        --system S --dsn URL --concurrency 16   (drains, then exits)
-    peers.py latency       --system S --dsn URL --rate 200 --seconds 10
+    peers.py latency       --system S --dsn URL --rate 200 --seconds 10 --warmup 1
     peers.py pending       --system S --dsn URL
 
 The job is a no-op: what is measured is each queue's own cost, as the project's simulated
@@ -32,14 +32,15 @@ from pgqueuer.types import QueueExecutionMode
 
 TASK = "noop"
 
-LATENCIES: list[float] = []
+# (enqueued at, started - enqueued), both from time.time(), for each job that carried its time.
+LATENCIES: list[tuple[float, float]] = []
 procrastinate_app: procrastinate.App
 procrastinate_noop: procrastinate.tasks.Task
 
 
 async def procrastinate_task(sent: float = 0.0) -> None:
     if sent:
-        LATENCIES.append(time.time() - sent)
+        LATENCIES.append((sent, time.time() - sent))
 
 
 async def procrastinate_open(dsn: str, *, pool_size: int = 10) -> None:
@@ -143,7 +144,8 @@ async def worker(args) -> dict:
         @manager.entrypoint(TASK)
         async def pgqueuer_noop(job) -> None:
             if job.payload:
-                LATENCIES.append(time.time() - float(job.payload.decode()))
+                sent = float(job.payload.decode())
+                LATENCIES.append((sent, time.time() - sent))
 
         await manager.run(
             batch_size=args.batch_size,
@@ -151,14 +153,15 @@ async def worker(args) -> dict:
             dequeue_timeout=timedelta(seconds=1),
         )
         await connection.close()
-    return {"latencies": LATENCIES}
+    return {"latencies": [wait for _, wait in LATENCIES]}
 
 
 async def latency(args) -> dict:
-    """Enqueues at a steady `rate` for `seconds` while this process also runs one worker;
-    each job carries its enqueue time, so start - enqueue is measured on one clock."""
+    """Enqueues at a steady `rate` for `warmup` then `seconds` while this process also runs
+    one worker; each job carries its enqueue time, so start - enqueue is measured on one
+    clock. Jobs enqueued in the warm-up are run, not counted."""
     interval = 1.0 / args.rate
-    total = int(args.rate * args.seconds)
+    total = int(args.rate * (args.warmup + args.seconds))
     if args.system == "procrastinate":
         await procrastinate_open(args.dsn, pool_size=6)
 
@@ -176,7 +179,8 @@ async def latency(args) -> dict:
 
         @manager.entrypoint(TASK)
         async def pgqueuer_noop(job) -> None:
-            LATENCIES.append(time.time() - float(job.payload.decode()))
+            sent = float(job.payload.decode())
+            LATENCIES.append((sent, time.time() - sent))
 
         async def enqueue() -> None:
             await queries.enqueue(TASK, str(time.time()).encode())
@@ -185,6 +189,7 @@ async def latency(args) -> dict:
     running = asyncio.ensure_future(run)
     await asyncio.sleep(1.0)
     start = time.perf_counter()
+    counted_from = time.time() + args.warmup
     pending_sends = []
     for n in range(total):
         delay = start + n * interval - time.perf_counter()
@@ -204,7 +209,7 @@ async def latency(args) -> dict:
         await asyncio.gather(running, return_exceptions=True)
         await pool.close()
         await connection.close()
-    values = sorted(LATENCIES)
+    values = sorted(wait for sent, wait in LATENCIES if sent >= counted_from)
     return {
         "count": len(values),
         "p50_ms": 1000 * percentile(values, 50),
@@ -232,6 +237,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--rate", type=float, default=200)
+    parser.add_argument("--warmup", type=float, default=0.0)
     parser.add_argument("--wait", action="store_true")
     args = parser.parse_args()
     commands = {
