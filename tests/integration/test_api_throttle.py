@@ -11,15 +11,18 @@ from rest_framework.test import APIClient
 
 from clients.models import ClientRequestWindow
 from clients.throttling import RequestBudget, block_size
-from tests.support.clock import DbClock
+from tests.support.clock import DbClock, database_now
 
 URL = "/api/v1/notifications"
 
 
 @pytest.fixture
 def limited(settings):
+    """3 requests a minute, the database's clock frozen mid-window: windows are whole minutes
+    of that clock, so a test crossing one at its real time would start a second count."""
     settings.NOTIFYQUEUE_API_RATE_LIMIT = 3
     settings.NOTIFYQUEUE_API_RATE_LIMIT_WINDOW_SECONDS = 60
+    DbClock(database_now().replace(second=30, microsecond=0))
 
 
 def as_client(key: str) -> APIClient:
