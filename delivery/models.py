@@ -61,9 +61,18 @@ class WorkerHeartbeat(models.Model):
     last_seen_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
     delivered = models.PositiveBigIntegerField(default=0)
+    # Asleep on LISTEN, or about to be: creates notify while any worker is (migration 0008).
+    waiting = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "worker_heartbeat"
+        indexes = [
+            # The creates' wake-up trigger asks whether any row is waiting: a probe, however
+            # many workers have ever run.
+            models.Index(
+                fields=["worker_id"], name="worker_waiting", condition=models.Q(waiting=True)
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.worker_id

@@ -247,6 +247,14 @@ class DeliveryRepository:
     def worker_stopped(self, *, worker: str, delivered: int) -> None:
         SQL.execute("worker_heartbeat_stop", worker=worker, delivered=delivered)
 
+    def worker_waiting_mark(self, *, worker: str) -> None:
+        """From its commit on, creates notify (migration 0008); a create whose wake-up trigger
+        ran before is committed by then, so a claim made after this sees its row."""
+        SQL.execute("worker_waiting_mark", worker=worker)
+
+    def worker_waiting_clear(self, *, worker: str) -> None:
+        SQL.execute("worker_waiting_clear", worker=worker)
+
     def simulated_messages_call(
         self,
         calls: list[tuple[str, str, str]],

@@ -135,6 +135,9 @@ class Worker:
         self._notified = threading.Event()
         self._dry = False
         self._due_check_at = 0.0
+        # Whether the worker's heartbeat row asks the creates for wake-ups (`_waiting_mark`):
+        # marked before it first sleeps, cleared when its claims come back full.
+        self._waiting = False
         # Up to half the concurrency again is claimed ahead and waits, ready, for a send
         # thread: a slot a slow provider frees starts its next call at once instead of after
         # the loop's next claim statement.
@@ -274,8 +277,15 @@ class Worker:
             self._notified.clear()
         step = self.run_once(claim=claim)
         if claim and self._dry:
+            if not self._waiting:
+                self._waiting_mark()
+                return True  # claims again before sleeping: see _waiting_mark
             self._due_check_at = time.monotonic() + self._idle_wait_s()
         if not self._dry and step.claimed:
+            if self._waiting:
+                # Busy: the creates need not wake this worker (migration delivery 0008).
+                self.repository.worker_waiting_clear(worker=self.worker_id)
+                self._waiting = False
             return True  # the claim was full: more may be due
         # Exit only on a claim that found nothing: the fair claim can come back short (each
         # client capped at its share) while rows are still due.
@@ -302,6 +312,15 @@ class Worker:
         if now >= self._next_statistics_check:
             self.statistics_refresh()
             self._next_statistics_check = now + STATISTICS_CHECK_S
+
+    def _waiting_mark(self) -> None:
+        """Asks the creates for wake-ups before the worker first sleeps: a create notifies
+        (at its commit) only while some worker is marked (migration delivery 0008). The mark
+        waits for the creates already past that check, so the claim the loop makes next,
+        before it sleeps, sees their rows."""
+        self.repository.worker_waiting_mark(worker=self.worker_id)
+        self._waiting = True
+        self._dry = False
 
     def _idle_wait_s(self) -> float:
         """Sleeps until the next row is due, but never longer than the poll interval, so a

@@ -269,8 +269,24 @@ SET last_seen_at = excluded.last_seen_at, delivered = excluded.delivered, stoppe
 
 -- name: worker_heartbeat_stop
 UPDATE worker_heartbeat
-SET stopped_at = notifyqueue_now(), last_seen_at = notifyqueue_now(), delivered = %(delivered)s
+SET stopped_at = notifyqueue_now(), last_seen_at = notifyqueue_now(), delivered = %(delivered)s,
+    waiting = false
 WHERE worker_id = %(worker)s;
+
+-- name: worker_waiting_mark
+-- The worker is about to sleep: creates notify from now on (migration delivery 0008). The
+-- exclusive lock waits for every create whose wake-up trigger has run and is not yet committed
+-- (they hold it shared), so the claim the worker makes next sees their rows; it is released at
+-- this statement's commit.
+WITH locked AS (SELECT pg_advisory_xact_lock(hashtext('notifyqueue:wakeup')))
+UPDATE worker_heartbeat SET waiting = true
+FROM locked
+WHERE worker_id = %(worker)s;
+
+-- name: worker_waiting_clear
+-- The worker's claims are full: it needs no wake-up, and creates stop notifying unless
+-- another worker waits.
+UPDATE worker_heartbeat SET waiting = false WHERE worker_id = %(worker)s AND waiting;
 
 -- name: simulated_messages_call
 -- Counts a call to the simulated provider for each key; returns the call number and any final

@@ -1,0 +1,130 @@
+"""Wake-ups only while a worker waits (migration delivery 0008).
+
+A create notifies `notifyqueue_due` at its commit only while some worker's heartbeat row is
+marked waiting; a worker marks it before it sleeps and claims once more, and the mark waits for
+every create whose trigger has already looked. These tests listen on a connection of their own
+and hold creates open on others, so the lost wake-up the mark must prevent is played out: a
+create that saw no waiting worker, still uncommitted while a worker marks itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection, connections, transaction
+
+from delivery.models import WorkerHeartbeat
+from delivery.repositories import DeliveryRepository
+from delivery.wakeup import WAKEUP_CHANNEL
+from tests.support.delivery_helpers import worker_build
+from tests.support.factories import NotificationFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def listener(database_url):
+    """A LISTEN connection; `heard()` says whether a wake-up arrived since the last call."""
+    conn = psycopg.connect(database_url, autocommit=True)
+    conn.execute(f"LISTEN {WAKEUP_CHANNEL}")
+
+    def heard(within_s: float = 0.3) -> bool:
+        return any(True for _ in conn.notifies(timeout=within_s, stop_after=1))
+
+    yield heard
+    conn.close()
+
+
+def waiting_worker(worker_id: str = "w-1") -> DeliveryRepository:
+    repository = DeliveryRepository()
+    repository.worker_heartbeat(worker=worker_id, hostname="h", pid=1, delivered=0)
+    repository.worker_waiting_mark(worker=worker_id)
+    return repository
+
+
+def test_a_create_notifies_only_while_a_worker_waits(listener):
+    NotificationFactory()
+    assert not listener()  # no worker waits: nobody to wake, no NOTIFY
+    repository = waiting_worker()
+    NotificationFactory()
+    assert listener()
+    repository.worker_waiting_clear(worker="w-1")
+    NotificationFactory()
+    assert not listener()
+
+
+def test_a_stopped_worker_asks_for_no_wake_up(listener):
+    waiting_worker().worker_stopped(worker="w-1", delivered=0)
+    assert not WorkerHeartbeat.objects.get(worker_id="w-1").waiting
+    NotificationFactory()
+    assert not listener()
+
+
+def test_a_mark_waits_for_a_create_that_looked_before_it_and_the_next_claim_sees_it(listener):
+    """The race a plain flag would lose: the create's trigger finds no worker waiting, the
+    worker marks itself and claims before the create commits, and sleeps; the row waits for
+    the next poll. The mark's lock makes the worker wait for that commit instead."""
+    repository = DeliveryRepository()
+    repository.worker_heartbeat(worker="w-1", hostname="h", pid=1, delivered=0)
+    inserted, release = threading.Event(), threading.Event()
+    created = []
+
+    def create_and_hold() -> None:
+        try:
+            with transaction.atomic():
+                created.append(NotificationFactory())  # its trigger has run: no one waits
+                inserted.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    def mark() -> None:
+        try:
+            repository.worker_waiting_mark(worker="w-1")
+        finally:
+            connection.close()
+
+    creating = threading.Thread(target=create_and_hold)
+    creating.start()
+    assert inserted.wait(10)
+    marking = threading.Thread(target=mark)
+    marking.start()
+    marking.join(0.5)
+    assert marking.is_alive()  # waits for the create in flight
+    release.set()
+    creating.join(10)
+    marking.join(10)
+    assert not marking.is_alive()
+    assert not listener()  # that create sent no wake-up...
+    claims = repository.notification_claim_due(worker="w-1", limit=10, claim_timeout_s=30)
+    assert [claim.id for claim in claims] == [created[0].id]  # ...and the claim finds it
+
+
+def test_an_idle_worker_marks_itself_and_a_busy_one_clears_its_mark():
+    worker = worker_build(concurrency=2, batch_size=2)
+    try:
+        worker._loop_once(until_empty=False)  # nothing due: marks itself, then claims again
+        assert WorkerHeartbeat.objects.get(worker_id=worker.worker_id).waiting
+        NotificationFactory.create_batch(6)
+        worker._loop_once(until_empty=False)  # a full claim
+        assert not WorkerHeartbeat.objects.get(worker_id=worker.worker_id).waiting
+    finally:
+        worker.stop()
+        worker.run(until_empty=True)
+    connections.close_all()
+
+
+def test_a_create_while_every_worker_is_busy_costs_no_wake_up_and_is_still_delivered(listener):
+    worker = worker_build(concurrency=2, batch_size=2)
+    NotificationFactory.create_batch(4)
+    worker._loop_once(until_empty=False)  # full: busy, not marked
+    started = time.monotonic()
+    late = NotificationFactory()
+    assert not listener()
+    worker.run(until_empty=True)
+    late.refresh_from_db()
+    assert late.status == "SENT"
+    assert time.monotonic() - started < 10
