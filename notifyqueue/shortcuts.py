@@ -91,8 +91,8 @@ class ShortcutApplication:
         except Exception as exc:
             response = response_for_exception(request, exc)
         if response is None:
-            if hasattr(request, "_body"):
-                environ["wsgi.input"] = io.BytesIO(request._body)
+            # The body as read (or read now: within the guard's cap), for the long way to read.
+            environ["wsgi.input"] = io.BytesIO(request.body)
             return self.django_app(environ, start_response)
         self.security.process_response(request, response)
         self.frame_options.process_response(request, response)
