@@ -230,7 +230,8 @@ class DeliveryRepository:
         """ANALYZEs each hot table that changed by more than `changes` rows and more than
         `fraction` of its rows since it was last analyzed; returns their names. One worker at
         a time (a transaction-scoped advisory lock; the others skip). ANALYZE reads a
-        fixed-size sample, so its cost does not grow with the table."""
+        fixed-size sample, so its cost does not grow with the table; a small one
+        (`statistics_sample_small`), as this runs on the worker's loop."""
         with transaction.atomic():
             if not SQL.scalar("statistics_refresh_lock"):
                 return []
@@ -240,6 +241,8 @@ class DeliveryRepository:
                 changes=changes,
                 fraction=fraction,
             )
+            if stale:
+                SQL.execute("statistics_sample_small")
             for table in stale:
                 SQL.execute(f"analyze_{table}")
         return stale

@@ -252,6 +252,15 @@ WHERE relname = ANY(%(tables)s::text[])
   AND n_mod_since_analyze > greatest(%(changes)s, %(fraction)s * n_live_tup)
 ORDER BY relname;
 
+-- name: statistics_sample_small
+-- For the rest of the refresh's transaction, ANALYZE samples 3,000 rows (300 x this target)
+-- instead of 30,000. The plans the hot path needs tell an empty table from a full one and a
+-- few keys from many, which 3,000 rows show; the full sample of delivery_attempt and
+-- ratelimit_delivery, which grow with the history and the rate window, held the worker's loop
+-- 100-240 ms at 250,000 rows, every second or two of a drain (docs/performance.md, "Fifth
+-- round"). Autovacuum's own ANALYZE still takes the full sample.
+SET LOCAL default_statistics_target = 10;
+
 -- name: analyze_notification_queue
 ANALYZE notification_queue;
 
