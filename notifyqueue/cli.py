@@ -12,12 +12,25 @@ import sys
 
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "notifyqueue.settings")
-    from django.core.exceptions import ImproperlyConfigured
+    from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
     argv = argv if argv is not None else sys.argv
     try:
         execute_from_command_line(argv)
-    except ImproperlyConfigured as exc:
-        print(f"{os.path.basename(argv[0])}: {exc}", file=sys.stderr)
+    except (ImproperlyConfigured, AppRegistryNotReady) as exc:
+        # Django's own commands (migrate, makemigrations...) run on after the settings failed
+        # to load, and then fail for want of the apps: the settings' message is the one to give.
+        print(f"{os.path.basename(argv[0])}: {_settings_problem() or exc}", file=sys.stderr)
         sys.exit(1)
+
+
+def _settings_problem() -> Exception | None:
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 (loads the settings module)
+    except ImproperlyConfigured as exc:
+        return exc
+    return None

@@ -24,20 +24,11 @@ from werkzeug.test import Client
 from notifications import services
 from notifications.views import api_shortcuts
 from notifyqueue.shortcuts import ShortcutApplication
+from tests.integration.test_api_thin_path import BATCH_URL, URL, VALID
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-URL = "/api/v1/notifications"
-BATCH_URL = "/api/v1/notifications/batch"
 LONG_WAY = {"Accept": "application/json; q=1"}
-VALID = {
-    "channel": "email",
-    "recipient": "ada@example.com",
-    "subject": "Hi",
-    "body": "Grüße \u2028 line",
-    "priority": "high",
-    "metadata": {"zeta": 1, "a": [1.5, None, "x"]},
-}
 
 
 class Counted:

@@ -36,8 +36,9 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_without_database_url_or_the_development_switch_a_command_stops_with_a_message():
-    result = manage("check")
+@pytest.mark.parametrize("command", ["check", "migrate", "makemigrations", "run_worker"])
+def test_without_database_url_or_the_development_switch_a_command_stops_with_a_message(command):
+    result = manage(command)
 
     assert result.returncode == 1
     assert "DATABASE_URL is not set" in result.stderr
