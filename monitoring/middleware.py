@@ -53,8 +53,8 @@ class ShortcutMetrics:
         return child
 
     def __call__(self, request: Any, response: Any, view: str, started: float) -> None:
-        """Only for POST (the shortcuts' one method), so the children stay few: a status and
-        a transport per view at most."""
+        """Only for POST (the shortcuts' one method) and the two create views, so the
+        children stay few: one per status the views answer and transport."""
         m = self.metrics
         transport = "https" if request.is_secure() else "http"
         status = str(response.status_code)

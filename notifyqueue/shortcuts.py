@@ -3,8 +3,8 @@
 `POST /api/v1/notifications` and `POST /api/v1/notifications/batch` are the API's hot path.
 Their thin path (notifications/ingest.py) answers a plainly valid request without DRF; this
 module also takes such a request past Django's handler, its signals, URL resolution and
-middleware chain, which cost about as much CPU again as the create itself
-(docs/performance.md, "Fifth round"). Everything a request met on the long way and that
+middleware chain, about a third of a create's CPU in one process (docs/performance.md, "Fifth
+round"). Everything a request met on the long way and that
 matters to its answer happens here too, from Django's own pieces:
 
 - the request is Django's `WSGIRequest`, the same object a view gets;
