@@ -217,13 +217,16 @@ class DeliveryRepository:
         """Seconds until the next waiting row is due by the database's clock (<= 0: now)."""
         return SQL.scalar("notification_next_due_in")
 
-    def worker_heartbeat(self, *, worker: str, hostname: str, pid: int, delivered: int) -> None:
+    def worker_heartbeat(
+        self, *, worker: str, hostname: str, pid: int, delivered: int, waiting: bool = False
+    ) -> None:
         SQL.execute(
             "worker_heartbeat_upsert",
             worker=worker,
             hostname=hostname,
             pid=pid,
             delivered=delivered,
+            waiting=waiting,
         )
 
     def statistics_refresh(self, *, changes: int, fraction: float) -> list[str]:
@@ -257,6 +260,10 @@ class DeliveryRepository:
 
     def worker_waiting_clear(self, *, worker: str) -> None:
         SQL.execute("worker_waiting_clear", worker=worker)
+
+    def worker_waiting_clear_stale(self, *, seconds: float) -> int:
+        """Clears the wake-up marks of workers not seen for `seconds`; how many."""
+        return SQL.execute("worker_waiting_clear_stale", seconds=seconds)
 
     def simulated_messages_call(
         self,

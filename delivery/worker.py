@@ -63,6 +63,10 @@ LOG_SUMMARY_S = 1.0
 STATISTICS_STALE_ROWS = 2_000
 STATISTICS_STALE_FRACTION = 0.01
 STATISTICS_CHECK_S = 1.0
+# A worker not seen for this many heartbeats (and this long) is taken for dead: its wake-up
+# mark is cleared (see heartbeat).
+WAITING_STALE_HEARTBEATS = 3
+WAITING_STALE_MIN_S = 60.0
 
 
 def worker_id_new() -> str:
@@ -222,11 +226,20 @@ class Worker:
         return refreshed
 
     def heartbeat(self) -> None:
+        """Writes the worker's row (with its wake-up mark: see `_waiting_mark`), and clears
+        the marks of workers not seen for WAITING_STALE_HEARTBEATS of this one's heartbeats
+        (at least WAITING_STALE_MIN_S): a worker killed outright leaves its mark behind, and
+        the creates would notify for it for ever. A live worker taken for dead (stalled that
+        long) restates its mark at its next heartbeat; until then its poll finds new rows."""
         self.repository.worker_heartbeat(
             worker=self.worker_id,
             hostname=socket.gethostname(),
             pid=os.getpid(),
             delivered=self.delivered,
+            waiting=self._waiting,
+        )
+        self.repository.worker_waiting_clear_stale(
+            seconds=max(WAITING_STALE_HEARTBEATS * self.config.heartbeat_s, WAITING_STALE_MIN_S)
         )
 
     # --- the loop -------------------------------------------------------------------------

@@ -18,8 +18,8 @@ while some row is marked. No wake-up is lost in between:
   the claim sees it; a create whose trigger runs after it sees the mark and notifies.
 
 A worker that finds its claims full clears its mark, so busy workers cost the creates no
-NOTIFY; a worker that stops clears it too. A killed worker's mark stays until a worker of the
-same id starts again: the creates then notify for nothing, as they all did before.
+NOTIFY; a worker that stops clears it too, and the live workers' heartbeats clear the mark of
+one killed outright (delivery/worker.py, `Worker.heartbeat`).
 """
 
 from django.db import migrations, models

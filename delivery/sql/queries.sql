@@ -271,10 +271,15 @@ ANALYZE ratelimit_delivery;
 ANALYZE delivery_attempt;
 
 -- name: worker_heartbeat_upsert
-INSERT INTO worker_heartbeat (worker_id, hostname, pid, started_at, last_seen_at, delivered)
-VALUES (%(worker)s, %(hostname)s, %(pid)s, notifyqueue_now(), notifyqueue_now(), %(delivered)s)
+-- `waiting` restates the worker's wake-up mark, in case another worker took it for a dead
+-- one's (worker_waiting_clear_stale) while this one was stalled.
+INSERT INTO worker_heartbeat (worker_id, hostname, pid, started_at, last_seen_at, delivered,
+                              waiting)
+VALUES (%(worker)s, %(hostname)s, %(pid)s, notifyqueue_now(), notifyqueue_now(), %(delivered)s,
+        %(waiting)s)
 ON CONFLICT (worker_id) DO UPDATE
-SET last_seen_at = excluded.last_seen_at, delivered = excluded.delivered, stopped_at = NULL;
+SET last_seen_at = excluded.last_seen_at, delivered = excluded.delivered, stopped_at = NULL,
+    waiting = excluded.waiting;
 
 -- name: worker_heartbeat_stop
 UPDATE worker_heartbeat
@@ -291,6 +296,13 @@ WITH locked AS (SELECT pg_advisory_xact_lock(hashtext('notifyqueue:wakeup')))
 UPDATE worker_heartbeat SET waiting = true
 FROM locked
 WHERE worker_id = %(worker)s;
+
+-- name: worker_waiting_clear_stale
+-- The wake-up marks of workers not seen for %(seconds)s: killed outright, they cannot clear
+-- their own, and the creates would notify for them for ever (migration delivery 0008).
+UPDATE worker_heartbeat
+SET waiting = false
+WHERE waiting AND last_seen_at < notifyqueue_now() - make_interval(secs => %(seconds)s);
 
 -- name: worker_waiting_clear
 -- The worker's claims are full: it needs no wake-up, and creates stop notifying unless

@@ -63,6 +63,35 @@ def test_a_stopped_worker_asks_for_no_wake_up(listener):
     assert not listener()
 
 
+def test_a_dead_workers_mark_is_cleared_at_a_live_workers_heartbeat(listener):
+    """A worker killed outright cannot clear its mark; the creates would notify for it for
+    ever. A live worker's heartbeat clears the marks of workers not seen for three of its
+    heartbeats (at least a minute), and restates its own."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    waiting_worker("dead")
+    WorkerHeartbeat.objects.filter(worker_id="dead").update(
+        last_seen_at=timezone.now() - timedelta(minutes=5)
+    )
+    alive = worker_build()
+    alive.heartbeat()
+    assert not WorkerHeartbeat.objects.get(worker_id="dead").waiting
+    NotificationFactory()
+    assert not listener()
+
+    alive._waiting_mark()
+    WorkerHeartbeat.objects.filter(worker_id=alive.worker_id).update(waiting=False)
+    alive.heartbeat()  # taken for dead while stalled: its next heartbeat restates the mark
+    assert WorkerHeartbeat.objects.get(worker_id=alive.worker_id).waiting
+    NotificationFactory()
+    assert listener()
+    alive.stop()
+    alive.run(until_empty=True)
+    connections.close_all()
+
+
 def test_a_mark_waits_for_a_create_that_looked_before_it_and_the_next_claim_sees_it(listener):
     """The race a plain flag would lose: the create's trigger finds no worker waiting, the
     worker marks itself and claims before the create commits, and sleeps; the row waits for
