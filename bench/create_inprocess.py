@@ -8,7 +8,8 @@ without the create endpoints' shortcut) with a WSGI environ per request, as guni
 and prints `time.process_time()` and wall time per create for each round. Each request has
 its own Idempotency-Key and is answered 201; a client is made for the run (`create_client`).
 Uses the database of the environment (the embedded one with the switch above, or
-DATABASE_URL); the API throttle is off, as in the benchmark's create rows.
+DATABASE_URL) and leaves its client and rows there: run it on a development database. The API
+throttle is off, as in the benchmark's create rows.
 """
 
 from __future__ import annotations

@@ -19,14 +19,16 @@ from django_prometheus import middleware
 CHILDREN_KEPT = 10_000
 
 
-class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+class LabelledChildren:
+    """Each labelled child of a metric, looked up once: at most CHILDREN_KEPT are kept."""
+
+    def __init__(self) -> None:
         self._children: dict[tuple, Any] = {}
 
-    def label_metric(self, metric: Any, request: Any, response: Any = None, **labels: Any) -> Any:
-        if not labels:
-            return metric
+    def __len__(self) -> int:
+        return len(self._children)
+
+    def get(self, metric: Any, **labels: Any) -> Any:
         key = (id(metric), *labels.items())
         child = self._children.get(key)
         if child is None:
@@ -36,6 +38,15 @@ class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
         return child
 
 
+class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._children = LabelledChildren()
+
+    def label_metric(self, metric: Any, request: Any, response: Any = None, **labels: Any) -> Any:
+        return self._children.get(metric, **labels) if labels else metric
+
+
 class ShortcutMetrics:
     """The series django-prometheus' two middleware record for a request, recorded for an
     answer given before Django's handler (notifyqueue/shortcuts.py): the same metrics and
@@ -43,18 +54,9 @@ class ShortcutMetrics:
 
     def __init__(self) -> None:
         self.metrics = middleware.Metrics.get_instance()
-        self._children: dict[tuple, Any] = {}
-
-    def _child(self, metric: Any, **labels: str) -> Any:
-        key = (id(metric), *labels.items())
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(**labels)
-        return child
+        self._child = LabelledChildren().get
 
     def __call__(self, request: Any, response: Any, view: str, started: float) -> None:
-        """Only for POST (the shortcuts' one method) and the two create views, so the
-        children stay few: one per status the views answer and transport."""
         m = self.metrics
         transport = "https" if request.is_secure() else "http"
         status = str(response.status_code)

@@ -18,11 +18,21 @@ def main(argv: list[str] | None = None) -> None:
     argv = argv if argv is not None else sys.argv
     try:
         execute_from_command_line(argv)
-    except (ImproperlyConfigured, AppRegistryNotReady) as exc:
-        # Django's own commands (migrate, makemigrations...) run on after the settings failed
-        # to load, and then fail for want of the apps: the settings' message is the one to give.
-        print(f"{os.path.basename(argv[0])}: {_settings_problem() or exc}", file=sys.stderr)
-        sys.exit(1)
+    except ImproperlyConfigured as exc:
+        _stop(argv, exc)
+    except AppRegistryNotReady:
+        # Django's own commands (makemigrations...) run on after the settings failed to load,
+        # and then fail for want of the apps: the settings' message is the one to give. Any
+        # other cause is a bug, and keeps its traceback.
+        problem = _settings_problem()
+        if problem is None:
+            raise
+        _stop(argv, problem)
+
+
+def _stop(argv: list[str], problem: Exception) -> None:
+    print(f"{os.path.basename(argv[0])}: {problem}", file=sys.stderr)
+    sys.exit(1)
 
 
 def _settings_problem() -> Exception | None:

@@ -88,11 +88,12 @@ class ShortcutApplication:
             return self.django_app(environ, start_response)
         try:
             response = shortcut.answer(request)
-        except Exception as exc:
+            # Given back: the body as read (or read now, within the guard's cap) for the long way.
+            body = request.body if response is None else b""
+        except Exception as exc:  # a body that could not be read, too
             response = response_for_exception(request, exc)
         if response is None:
-            # The body as read (or read now: within the guard's cap), for the long way to read.
-            environ["wsgi.input"] = io.BytesIO(request.body)
+            environ["wsgi.input"] = io.BytesIO(body)
             return self.django_app(environ, start_response)
         self.security.process_response(request, response)
         self.frame_options.process_response(request, response)

@@ -101,3 +101,18 @@ def test_gunicorn_without_database_url_stops_with_the_message():
 
     assert result.returncode != 0
     assert "DATABASE_URL is not set" in result.stderr
+
+
+def test_an_app_registry_error_with_sound_settings_keeps_its_traceback(monkeypatch):
+    """The settings' message replaces AppRegistryNotReady only when the settings failed."""
+    from django.core import management
+    from django.core.exceptions import AppRegistryNotReady
+
+    from notifyqueue import cli
+
+    def broken(argv):
+        raise AppRegistryNotReady("a command bug")
+
+    monkeypatch.setattr(management, "execute_from_command_line", broken)
+    with pytest.raises(AppRegistryNotReady, match="a command bug"):
+        cli.main(["manage.py", "check"])

@@ -132,6 +132,58 @@ def test_a_mark_waits_for_a_create_that_looked_before_it_and_the_next_claim_sees
     assert [claim.id for claim in claims] == [created[0].id]  # ...and the claim finds it
 
 
+def test_a_row_committed_while_a_worker_goes_to_sleep_is_sent_without_a_wake_up(database_url):
+    """The worker's side of the race above: a create has found no worker waiting and is not
+    yet committed while a running worker finds nothing due and marks itself. The mark waits
+    for that commit, and the worker looks once more before it sleeps: the row is sent long
+    before the 10 s poll, though it sent no NOTIFY."""
+    from delivery.services import RetryPolicy
+    from delivery.worker import Worker, WorkerConfig
+    from notifications.models import Notification, Status
+    from tests.support.delivery_helpers import simulated_providers
+
+    worker = Worker(
+        providers=simulated_providers(),
+        config=WorkerConfig(concurrency=2, batch_size=10, poll_interval_s=10, heartbeat_s=30),
+        policy=RetryPolicy(base_s=0.5, max_s=60),
+    )
+    inserted, release = threading.Event(), threading.Event()
+    created = []
+
+    def create_and_hold() -> None:
+        try:
+            with transaction.atomic():
+                created.append(NotificationFactory())
+                inserted.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    creating = threading.Thread(target=create_and_hold)
+    creating.start()
+    assert inserted.wait(10)
+    running = threading.Thread(target=lambda: (worker.run(), connections.close_all()))
+    running.start()
+    try:
+        with psycopg.connect(database_url, autocommit=True) as watcher:
+            deadline = time.monotonic() + 10
+            while not watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline, "the worker never waited to mark itself"
+                time.sleep(0.02)
+        release.set()  # the create commits: no worker was marked when its trigger ran
+        creating.join(10)
+        deadline = time.monotonic() + 5
+        while Notification.objects.get(id=created[0].id).status != Status.SENT:
+            assert time.monotonic() < deadline, "the row waited for the poll"
+            time.sleep(0.02)
+    finally:
+        release.set()
+        worker.stop()
+        running.join(15)
+
+
 def test_an_idle_worker_marks_itself_and_a_busy_one_clears_its_mark():
     worker = worker_build(concurrency=2, batch_size=2)
     try:
