@@ -229,9 +229,12 @@ class DeliveryRepository:
             waiting=waiting,
         )
 
-    def statistics_refresh(self, *, changes: int, fraction: float) -> list[str]:
+    def statistics_refresh(
+        self, *, changes: int, fraction: float, queue_rows: int = 0
+    ) -> list[str]:
         """ANALYZEs each hot table that changed by more than `changes` rows and more than
-        `fraction` of its rows since it was last analyzed; returns their names. One worker at
+        `fraction` of its rows since it was last analyzed, and the queue table when the
+        planner counts fewer than `queue_rows` rows in it; returns their names. One worker at
         a time (a transaction-scoped advisory lock; the others skip). ANALYZE reads a
         fixed-size sample, so its cost does not grow with the table; a small one
         (`statistics_sample_small`), as this runs on the worker's loop."""
@@ -243,6 +246,7 @@ class DeliveryRepository:
                 tables=list(HOT_TABLES),
                 changes=changes,
                 fraction=fraction,
+                queue_rows=queue_rows,
             )
             if stale:
                 SQL.execute("statistics_sample_small")

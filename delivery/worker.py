@@ -139,6 +139,11 @@ class Worker:
         self._notified = threading.Event()
         self._dry = False
         self._due_check_at = 0.0
+        # A full claim after a short one starts a burst: the queue's statistics may still
+        # describe the quiet queue, so they are checked at the next turn against the rows
+        # that claim took (`statistics_refresh`).
+        self._claims_full = False
+        self._burst_rows = 0
         # Whether the worker's heartbeat row asks the creates for wake-ups (`_waiting_mark`):
         # marked before it first sleeps, cleared when its claims come back full.
         self._waiting = False
@@ -189,6 +194,10 @@ class Worker:
                 self._start(claims, start_by=start_by)
             claimed = len(claims)
             self._dry = claimed < free
+            if not self._dry and not self._claims_full:
+                self._burst_rows = claimed
+                self._next_statistics_check = 0.0
+            self._claims_full = not self._dry
         finished = self._record()
         self._counts["claimed"] += claimed
         self._log_summary()
@@ -208,14 +217,17 @@ class Worker:
             )
         return len(reclaimed)
 
-    def statistics_refresh(self) -> list[str]:
+    def statistics_refresh(self, *, queue_rows: int = 0) -> list[str]:
         """Keeps the planner's picture of the hot tables within STATISTICS_STALE_ROWS changes
-        (and STATISTICS_STALE_FRACTION of the table) of the truth, so a burst of due rows does
+        (and STATISTICS_STALE_FRACTION of the table) of the truth, and the queue's row count
+        at least `queue_rows` (what a claim just took from it), so a burst of due rows does
         not make every claim read the whole backlog until autoanalyze comes round. Only an
         optimisation: errors are logged."""
         try:
             refreshed = self.repository.statistics_refresh(
-                changes=STATISTICS_STALE_ROWS, fraction=STATISTICS_STALE_FRACTION
+                changes=STATISTICS_STALE_ROWS,
+                fraction=STATISTICS_STALE_FRACTION,
+                queue_rows=queue_rows,
             )
         except DatabaseError:
             log.exception("statistics not refreshed worker=%s", self.worker_id)
@@ -316,14 +328,16 @@ class Worker:
     def _maintain(self, now: float) -> None:
         """What is due at `now` (time.monotonic()): the heartbeat and the reclaim of expired
         claims every heartbeat_s; the hot tables' statistics every STATISTICS_CHECK_S, so a
-        busy worker refreshes them within a second of a burst."""
+        busy worker refreshes them within a second of a burst, and at once when a burst
+        begins (see run_once)."""
         if now >= self._next_maintenance:
             self.heartbeat()
             if self.reclaim_expired():
                 self._dry = False
             self._next_maintenance = now + self.config.heartbeat_s
         if now >= self._next_statistics_check:
-            self.statistics_refresh()
+            self.statistics_refresh(queue_rows=self._burst_rows)
+            self._burst_rows = 0
             self._next_statistics_check = now + STATISTICS_CHECK_S
 
     def _waiting_mark(self) -> None:

@@ -246,11 +246,18 @@ SELECT pg_try_advisory_xact_lock(hashtext('notifyqueue:statistics_refresh'));
 -- at once is past before that, and until then the planner thinks the claim indexes hold one
 -- row and may pick plans that read the whole backlog on every claim. The fraction keeps a
 -- large table from being sampled (up to 30,000 pages) at every heartbeat of a long drain.
-SELECT relname::text
-FROM pg_stat_user_tables
-WHERE relname = ANY(%(tables)s::text[])
-  AND n_mod_since_analyze > greatest(%(changes)s, %(fraction)s * n_live_tup)
-ORDER BY relname;
+-- Those counters reach pg_stat_user_tables up to a second after the commit that made them, so a
+-- burst's first claims come before they show it: the queue is stale too when the planner's row
+-- count for it (pg_class.reltuples; -1 until first analyzed, when it reads the table's size
+-- instead) is below %(queue_rows)s, the rows a claim just took from it.
+SELECT s.relname::text
+FROM pg_stat_user_tables AS s
+JOIN pg_class AS c ON c.oid = s.relid
+WHERE s.relname = ANY(%(tables)s::text[])
+  AND (s.n_mod_since_analyze > greatest(%(changes)s, %(fraction)s * s.n_live_tup)
+       OR (s.relname = 'notification_queue' AND c.reltuples >= 0
+           AND c.reltuples < %(queue_rows)s))
+ORDER BY s.relname;
 
 -- name: statistics_sample_small
 -- For the rest of the refresh's transaction, ANALYZE samples 3,000 rows (300 x this target)

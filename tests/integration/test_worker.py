@@ -583,7 +583,7 @@ def test_a_busy_worker_checks_the_statistics_every_second_and_beats_at_its_heart
     calls = []
     worker.heartbeat = lambda: calls.append("heartbeat")
     worker.reclaim_expired = lambda: calls.append("reclaim") and 0
-    worker.statistics_refresh = lambda: calls.append("statistics") or []
+    worker.statistics_refresh = lambda **_: calls.append("statistics") or []
 
     for now in (1000.0, 1000.0 + STATISTICS_CHECK_S / 2, 1000.0 + STATISTICS_CHECK_S * 1.5):
         worker._maintain(now)
@@ -634,6 +634,44 @@ def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check():
             )
             assert cursor.fetchone()[0] <= 11
         assert "notification_queue" not in worker.statistics_refresh()  # nothing changed since
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE notification_queue RESET (autovacuum_enabled)")
+
+
+def test_a_burst_after_a_quiet_spell_has_the_queue_analyzed_before_its_second_claim(
+    close_workers,
+):
+    """The change counters reach pg_stat_user_tables up to a second after a burst's commit,
+    after the NOTIFY that wakes the workers; meanwhile the planner counts the rows the queue
+    held when last analyzed (none) and each claim sorted the whole burst (45 ms a claim of 100
+    at 20,000 waiting). The first full claim after a short one proves the queue holds at least
+    that many rows: the next turn analyzes it when the planner counts fewer. Later full claims
+    of the same burst leave the check to its timer."""
+    from django.db import connection
+
+    def planner_rows() -> float:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reltuples FROM pg_class WHERE relname = 'notification_queue'")
+            return cursor.fetchone()[0]
+
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE notification_queue SET (autovacuum_enabled = false)")
+        cursor.execute("ANALYZE notification_queue")
+    try:
+        assert planner_rows() == 0
+        worker = worker_build(batch_size=10)
+        close_workers(worker)
+        worker._maintain(time.monotonic())  # the heartbeat and a first check, both due at start
+        assert worker.run_once().claimed == 0  # quiet: a short claim
+        NotificationFactory.create_batch(35, client=ClientFactory())
+        assert worker.run_once().claimed == 10  # the burst's first claim, full
+        worker._maintain(time.monotonic())  # the next turn: checked at once, not in a second
+        assert planner_rows() == 25  # analyzed: the 25 still waiting (the 10 are SENT)
+
+        scheduled = worker._next_statistics_check
+        assert worker.run_once().claimed == 10  # full again: the same burst, no new check
+        assert worker._next_statistics_check == scheduled
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE notification_queue RESET (autovacuum_enabled)")
