@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _raise_stopped)
     try:
-        with development_environment() as env:
+        with development_environment(benchmark=command == "bench") as env:
             return commands[command](args, env)
     except Stopped:
         return 0
@@ -96,18 +96,20 @@ def ensure_installed() -> None:
 
 
 @contextlib.contextmanager
-def development_environment() -> Iterator[dict[str, str]]:
+def development_environment(*, benchmark: bool = False) -> Iterator[dict[str, str]]:
     """The environment for every process dev.py starts: the development switch and a database.
 
-    Without DATABASE_URL it starts the embedded PostgreSQL, and stops it on the way out if it
-    was not already running and nothing else (another dev.py in this checkout) uses it.
+    Without DATABASE_URL it starts the embedded PostgreSQL (for a benchmark, with checkpoints
+    spaced as PostgreSQL's defaults do), and stops it on the way out if it was not already
+    running and nothing else (another dev.py in this checkout) uses it.
     """
     env = {**os.environ, "NOTIFYQUEUE_DEV_EMBEDDED_DB": "1"}
     if env.get("DATABASE_URL"):
         yield env
         return
     was_running = embedded_db("status").returncode == 0
-    started = embedded_db("start", capture_output=True, text=True)
+    start = ["start", "--benchmark"] if benchmark else ["start"]
+    started = embedded_db(*start, capture_output=True, text=True)
     if started.returncode != 0:
         print(started.stderr.strip(), file=sys.stderr)
         raise SystemExit(1)
@@ -120,10 +122,8 @@ def development_environment() -> Iterator[dict[str, str]]:
             embedded_db("stop-if-idle", stdout=subprocess.DEVNULL)
 
 
-def embedded_db(action: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(PYTHON), "-m", "notifyqueue.embedded_db", action], cwd=ROOT, **kwargs
-    )
+def embedded_db(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([str(PYTHON), "-m", "notifyqueue.embedded_db", *args], cwd=ROOT, **kwargs)
 
 
 def stop() -> int:

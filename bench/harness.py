@@ -1008,8 +1008,9 @@ class Bench:
             peer_run(self.server, "install", system)
         with self.server.connect("postgres") as conn:
             settings = conn.execute(
-                "SELECT name, setting FROM pg_settings WHERE name IN ('server_version', "
-                "'fsync', 'synchronous_commit', 'shared_buffers', 'max_connections')"
+                "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name IN "
+                "('server_version', 'fsync', 'synchronous_commit', 'shared_buffers', "
+                "'max_connections', 'max_wal_size', 'checkpoint_timeout')"
             ).fetchall()
         log("PostgreSQL settings: " + ", ".join(f"{k}={v}" for k, v in settings))
         log(

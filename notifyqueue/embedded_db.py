@@ -16,6 +16,7 @@ Binaries come from the ``pgserver`` wheel (CPython <= 3.12), else from ``initdb`
 on PATH. This module must not import Django: settings call it before Django is configured.
 
     python -m notifyqueue.embedded_db start    # start (or attach); prints the DATABASE_URL
+    python -m notifyqueue.embedded_db start --benchmark   # ... checkpoints spaced as by default
     python -m notifyqueue.embedded_db stop     # stop it if it runs
     python -m notifyqueue.embedded_db stop-if-idle   # ... and no client is connected
     python -m notifyqueue.embedded_db status   # the URL if it runs; exit 1 if not
@@ -49,21 +50,35 @@ EMBEDDED_SERVER_SETTINGS = {
 }
 # Of those, the ones PostgreSQL reads only at start.
 RESTART_SETTINGS = ("wal_level", "max_wal_senders")
+# `python3 dev.py bench` (`start --benchmark`): checkpoints as PostgreSQL's defaults space them,
+# as on a production server. At 64 MB a drain of 20,000 rows forced a checkpoint every second
+# or so, each followed by full-page images of every page written next, and drains slowed from
+# run to run (10,100/s to 6,800/s over four; 10,100 to 8,600 with these). The settings stay
+# until the next plain start or attach puts the ones above back.
+BENCHMARK_SERVER_SETTINGS = {
+    **EMBEDDED_SERVER_SETTINGS,
+    "max_wal_size": "1GB",
+    "min_wal_size": "80MB",
+    "checkpoint_timeout": "5min",
+}
 
 
 class EmbeddedDatabaseUnavailable(RuntimeError):
     """No way to run PostgreSQL here; the message says what to install."""
 
 
-def database_url(state_dir: Path = STATE_DIR) -> str:
-    """Start (or attach to) the embedded server and return a URL for the project database."""
+def database_url(
+    state_dir: Path = STATE_DIR, settings: dict[str, str] = EMBEDDED_SERVER_SETTINGS
+) -> str:
+    """Start (or attach to) the embedded server with `settings` and return a URL for the
+    project database."""
     state_dir.mkdir(parents=True, exist_ok=True)
     try:
         server = _PgserverServer(state_dir / "pgdata")
     except ImportError:
         server = _PathBinariesServer(state_dir / "pgdata-system")
     base_url = server.start()
-    if _apply_settings(base_url):
+    if _apply_settings(base_url, settings):
         server.restart()
     _ensure_database(base_url)
     return base_url.replace("/postgres?", f"/{DATABASE_NAME}?", 1)
@@ -227,22 +242,22 @@ class _PathBinariesServer:
         self.pg_ctl("-w", "-m", "fast", "restart")
 
 
-def _apply_settings(base_url: str) -> bool:
-    """Writes EMBEDDED_SERVER_SETTINGS; True when the server must restart to apply them."""
+def _apply_settings(base_url: str, settings: dict[str, str]) -> bool:
+    """Writes `settings`; True when the server must restart to apply them."""
     import psycopg
 
     with psycopg.connect(base_url, autocommit=True) as conn:
         current = dict(
             conn.execute(
                 "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name = ANY(%s)",
-                (list(EMBEDDED_SERVER_SETTINGS),),
+                (list(settings),),
             ).fetchall()
         )
-        wanted = {name: _normalised(value) for name, value in EMBEDDED_SERVER_SETTINGS.items()}
+        wanted = {name: _normalised(value) for name, value in settings.items()}
         current = {name: _normalised(value) for name, value in current.items()}
         if all(current.get(name) == value for name, value in wanted.items()):
             return False
-        for name, value in EMBEDDED_SERVER_SETTINGS.items():
+        for name, value in settings.items():
             # Names and values are this module's constants, not input.
             conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
         conn.execute("SELECT pg_reload_conf()")
@@ -273,8 +288,10 @@ def _ensure_database(base_url: str) -> None:
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else ""
     if command == "start":
+        benchmark = argv[2:] == ["--benchmark"]
+        settings = BENCHMARK_SERVER_SETTINGS if benchmark else EMBEDDED_SERVER_SETTINGS
         try:
-            print(database_url())
+            print(database_url(settings=settings))
         except EmbeddedDatabaseUnavailable as exc:
             print(exc, file=sys.stderr)
             return 1
