@@ -1008,7 +1008,7 @@ class Bench:
             peer_run(self.server, "install", system)
         with self.server.connect("postgres") as conn:
             settings = conn.execute(
-                "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name IN "
+                "SELECT name, current_setting(name) FROM pg_settings WHERE name IN "
                 "('server_version', 'fsync', 'synchronous_commit', 'shared_buffers', "
                 "'max_connections', 'max_wal_size', 'checkpoint_timeout')"
             ).fetchall()
