@@ -33,9 +33,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -592,6 +593,7 @@ class Rows:
         # ... and the queue table: see waiting(). Made after the migrations ran.
         with server.connect(DATABASES["ours"]) as conn:
             self.queue_table = queue_table_exists(conn)
+        self.poll = Poll(server, DATABASES["ours"])
 
     def create(self, prefix: str, count: int, *, chunk: int = 5_000) -> None:
         """`count` PENDING notifications due now, each to its own recipient (the rate limit
@@ -659,20 +661,44 @@ class Rows:
         counted on the queue's own indexes (the run's rows are then the client's only waiting
         ones: a drain that never reaches 0 stops the benchmark), so a poll costs the backlog,
         not a look-up of each waiting row in the record. Older versions: the record, by key."""
-        with self.server.connect(DATABASES["ours"]) as conn:
-            if self.queue_table:
-                (count,) = conn.execute(
-                    "SELECT count(*) FROM notification_queue WHERE client_id = %s "
-                    "AND status IN ('PENDING', 'PROCESSING')",
-                    [self.client_id],
-                ).fetchone()
-                return count
-            (count,) = conn.execute(
-                "SELECT count(*) FROM notification WHERE idempotency_key LIKE %s "
+        if self.queue_table:
+            return self.poll.count(
+                "SELECT count(*) FROM notification_queue WHERE client_id = %s "
                 "AND status IN ('PENDING', 'PROCESSING')",
-                [f"{prefix}-%"],
-            ).fetchone()
-        return count
+                [self.client_id],
+            )
+        return self.poll.count(
+            "SELECT count(*) FROM notification WHERE idempotency_key LIKE %s "
+            "AND status IN ('PENDING', 'PROCESSING')",
+            [f"{prefix}-%"],
+        )
+
+
+class Poll:
+    """One connection for the depth polls of a drain, every 50 ms: a connection per poll cost
+    a server process started and ended each time, CPU taken from the system measured (a few
+    per cent of a drain, for ours and the peers alike). Reconnects if the server dropped it."""
+
+    def __init__(self, server: Server, database: str) -> None:
+        self.server, self.database = server, database
+        self.conn: psycopg.Connection | None = None
+
+    def count(self, sql: str, params: Sequence[Any] = ()) -> int:
+        for attempt in (1, 2):
+            if self.conn is None or self.conn.closed:
+                self.conn = self.server.connect(self.database)
+            try:
+                return self.conn.execute(sql, params).fetchone()[0]
+            except psycopg.OperationalError:
+                self.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 def queue_table_exists(conn: psycopg.Connection) -> bool:
@@ -720,13 +746,12 @@ def peer_empty(server: Server, system: str) -> None:
         conn.execute(f"TRUNCATE {table} CASCADE")
 
 
-def peer_waiting(server: Server, system: str) -> int:
-    with server.connect(DATABASES[system]) as conn:
-        if system == "procrastinate":
-            sql = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
-        else:
-            sql = "SELECT count(*) FROM pgqueuer"
-        return conn.execute(sql).fetchone()[0]
+def peer_waiting(poll: Poll, system: str) -> int:
+    if system == "procrastinate":
+        sql = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+    else:
+        sql = "SELECT count(*) FROM pgqueuer"
+    return poll.count(sql)
 
 
 def drain_timed(
@@ -1205,12 +1230,14 @@ class Bench:
             ]
             connections_ready(self.server, DATABASES[system], workers)
             peer_fill(self.server, system, c.drain_rows)
+            poll = Poll(self.server, DATABASES[system])
             got = drain_timed(
-                lambda s=system: peer_waiting(self.server, s),
+                lambda s=system, p=poll: peer_waiting(p, s),
                 c.drain_rows,
                 processes,
                 max_seconds=c.peer_drain_seconds,
             )
+            poll.close()
             f.peers.setdefault(system, []).append(got)
             log(f"  {system}: {got:,.0f}/s")
 
