@@ -27,12 +27,15 @@ class Outcome(models.TextChoices):
 
 class DeliveryAttempt(models.Model):
     # No index of its own: attempt_by_notif leads with it (every claim inserts an attempt, so
-    # each index on this table is paid per message).
+    # each index on this table is paid per message). No database constraint: the claim writes
+    # the attempt from the row it is updating (docs/technical-design.md, "Foreign keys the
+    # hot path does not check").
     notification = models.ForeignKey(
         "notifications.Notification",
         on_delete=models.CASCADE,
         related_name="attempts",
         db_index=False,
+        db_constraint=False,
     )
     claim_token = models.UUIDField(unique=True)
     number = models.PositiveIntegerField()

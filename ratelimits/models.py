@@ -15,8 +15,13 @@ class RecipientDelivery(models.Model):
     # entry bounded whatever the recipient's length (a push token may be 4,096 characters).
     key = models.BinaryField()
     at = models.DateTimeField()
+    # No database constraint: the admission records a row its worker has just claimed
+    # (docs/technical-design.md, "Foreign keys the hot path does not check").
     notification = models.ForeignKey(
-        "notifications.Notification", on_delete=models.CASCADE, related_name="+"
+        "notifications.Notification",
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_constraint=False,
     )
     # The claim that was admitted; a failed attempt's row is deleted by its finish.
     claim_token = models.UUIDField(unique=True)

@@ -23,8 +23,13 @@ class DeliveryState(models.TextChoices):
 class WebhookEvent(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     client = models.ForeignKey("clients.Client", on_delete=models.CASCADE, related_name="+")
+    # No database constraint: the event is written by the trigger on the notification's own
+    # update (docs/technical-design.md, "Foreign keys the hot path does not check").
     notification = models.ForeignKey(
-        "notifications.Notification", on_delete=models.CASCADE, related_name="webhook_events"
+        "notifications.Notification",
+        on_delete=models.CASCADE,
+        related_name="webhook_events",
+        db_constraint=False,
     )
     # What is reported: the notification's status and attempt count at the change.
     status = models.CharField(max_length=16)
