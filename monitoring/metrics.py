@@ -58,8 +58,8 @@ WEBHOOK_DELIVERIES = Counter(
 )
 
 
-def notification_created(*, channel: str) -> None:
-    NOTIFICATIONS_CREATED.labels(channel=channel).inc()
+def notification_created(*, channel: str, count: int = 1) -> None:
+    NOTIFICATIONS_CREATED.labels(channel=channel).inc(count)
 
 
 def notification_retried(*, channel: str) -> None:

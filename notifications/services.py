@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -398,12 +399,12 @@ def notification_batch_create(
         client_id=client_id, new=[new for _, new in to_insert.values()]
     )
     holders: dict[str, NotificationRecord] = {}
-    created = 0
+    # Counted per channel, one update of each series a batch (each takes a lock).
+    created_by_channel: Counter[str] = Counter()
     for (index, new), result in zip(to_insert.values(), inserted, strict=True):
         holders[new.idempotency_key] = result.record
         if result.created:
-            created += 1
-            metrics.notification_created(channel=result.record.channel)
+            created_by_channel[result.record.channel] += 1
             outcomes[index] = BatchOutcome(
                 http_status=http.HTTP_201_CREATED, notification=result.record
             )
@@ -412,7 +413,9 @@ def notification_batch_create(
     for index, item in repeats:
         holder = holders[item.idempotency_key]
         outcomes[index] = _batch_replay(existing=holder, request=item.request)
-    backlog.created(client_id=client_id, count=created)
+    for channel, count in created_by_channel.items():
+        metrics.notification_created(channel=channel, count=count)
+    backlog.created(client_id=client_id, count=created_by_channel.total())
     return [outcome for outcome in outcomes if outcome is not None]
 
 
