@@ -52,9 +52,9 @@ EMBEDDED_SERVER_SETTINGS = {
 RESTART_SETTINGS = ("wal_level", "max_wal_senders")
 # `python3 dev.py bench` (`start --benchmark`): checkpoints as PostgreSQL's defaults space them,
 # as on a production server. At 64 MB a drain of 20,000 rows forced a checkpoint every second
-# or so, each followed by full-page images of every page written next, and drains slowed from
-# run to run (10,100/s to 6,800/s over four; 10,100 to 8,600 with these). The settings stay
-# until the next plain start or attach puts the ones above back.
+# or so, each followed by full-page images of every page written next, and four drains in a
+# row slowed from 10,103/s to 6,149/s (9,423/s to 9,202/s with these; docs/performance.md,
+# "Sixth round"). They stay until the next plain start or attach puts the ones above back.
 BENCHMARK_SERVER_SETTINGS = {
     **EMBEDDED_SERVER_SETTINGS,
     "max_wal_size": "1GB",
@@ -287,7 +287,7 @@ def _ensure_database(base_url: str) -> None:
 
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else ""
-    if command == "start":
+    if command == "start" and argv[2:] in ([], ["--benchmark"]):
         benchmark = argv[2:] == ["--benchmark"]
         settings = BENCHMARK_SERVER_SETTINGS if benchmark else EMBEDDED_SERVER_SETTINGS
         try:
