@@ -684,16 +684,16 @@ class Poll:
         self.conn: psycopg.Connection | None = None
 
     def count(self, sql: str, params: Sequence[Any] = ()) -> int:
-        for attempt in (1, 2):
-            if self.conn is None or self.conn.closed:
-                self.conn = self.server.connect(self.database)
-            try:
-                return self.conn.execute(sql, params).fetchone()[0]
-            except psycopg.OperationalError:
-                self.close()
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return self._count(sql, params)
+        except psycopg.OperationalError:
+            self.close()  # dropped by the server: once more, on a new connection
+            return self._count(sql, params)
+
+    def _count(self, sql: str, params: Sequence[Any]) -> int:
+        if self.conn is None:
+            self.conn = self.server.connect(self.database)
+        return self.conn.execute(sql, params).fetchone()[0]
 
     def close(self) -> None:
         if self.conn is not None:
