@@ -220,6 +220,11 @@ def idempotency_key_problem(key: str | None) -> str | None:
     return None
 
 
+# The fingerprint's JSON, made once: json.dumps() with options builds an encoder per call, a
+# fifth of a fingerprint's cost (a batch computes a thousand).
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def notification_request_fingerprint(request: NotificationRequest) -> str:
     """sha256 of the normalised request: equal for a replay, different for any changed field.
 
@@ -239,8 +244,7 @@ def notification_request_fingerprint(request: NotificationRequest) -> str:
         "payload": request.payload,
         "user_id": request.user_id,
     }
-    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(encoded.encode()).hexdigest()
+    return hashlib.sha256(_CANONICAL_JSON.encode(canonical).encode()).hexdigest()
 
 
 class ClientBacklog:

@@ -66,6 +66,9 @@ SELECT false AS created,
 -- arrive as one JSON array; the wake-up trigger is per statement, so the whole batch sends
 -- one NOTIFY. As in notification_create, a key committed by another request while this
 -- statement waited is missing from the answer; the caller runs the statement again for those.
+-- A row it inserted answers only what the database chose (its id and times; the other columns
+-- NULL): the caller has the rest, as it sent them. Decoding every column of every new row back
+-- was a third of a batch's CPU in the API (docs/performance.md, "Seventh round").
 WITH clock AS (
     SELECT notifyqueue_now() AS now
 ), item AS (
@@ -102,15 +105,16 @@ WITH clock AS (
      -- the same keys wait for each other instead of deadlocking.
      ORDER BY i.idempotency_key
     ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
-    RETURNING notification.*
+    RETURNING id, idempotency_key, send_at, due_at, created_at, updated_at
 )
 -- NotificationRecord's columns, in its order (read by position).
 SELECT true AS created,
-       new.id, new.client_id, new.idempotency_key, new.request_fingerprint, new.status,
-       new.channel, new.recipient, new.subject, new.body, new.priority, new.metadata,
-       new.user_id, new.template, new.payload, new.fallback_channels, new.send_at, new.due_at,
-       new.attempt_count, new.max_attempts, new.last_error, new.sent_at, new.operator_retries,
-       new.created_at, new.updated_at, new.last_retried_at, new.last_retried_by
+       new.id, NULL AS client_id, new.idempotency_key, NULL AS request_fingerprint,
+       NULL AS status, NULL AS channel, NULL AS recipient, NULL AS subject, NULL AS body,
+       NULL AS priority, NULL AS metadata, NULL AS user_id, NULL AS template, NULL AS payload,
+       NULL AS fallback_channels, new.send_at, new.due_at, NULL AS attempt_count,
+       NULL AS max_attempts, NULL AS last_error, NULL AS sent_at, NULL AS operator_retries,
+       new.created_at, new.updated_at, NULL AS last_retried_at, NULL AS last_retried_by
   FROM new
 UNION ALL
 SELECT false AS created,

@@ -95,3 +95,31 @@ def test_batch_over_the_backlog_answers_429(api, acme, settings):
 
 def test_batch_needs_an_api_key(db):
     assert APIClient().post(URL, {"notifications": [item("a")]}, format="json").status_code == 401
+
+
+def test_a_created_items_answer_is_the_row_as_stored(api):
+    # A new row's answer is built from what was sent and the few columns the database chose
+    # (id, times): it must read exactly as the stored row does, and as its replay does.
+    items = [
+        item("plain"),
+        item(
+            "rich",
+            channel="sms",
+            recipient="+4915112345678",
+            subject="ignored?",
+            body="ünïcødé ✉ \\ \" ' ,{}",
+            priority="high",
+            metadata={"z": 1, "a": [1.5, None, True, {"deep": "x"}], "big": 2**70, "e": 1e-7},
+        ),
+        item("later", send_at="2030-01-02T03:04:05.123456+02:00"),
+        item("past", send_at="2001-01-01T00:00:00Z"),
+        item("delayed", delay_seconds=3600, priority="low"),
+    ]
+    created = api.post(URL, {"notifications": items}, format="json").json()["results"]
+    assert [r["status"] for r in created] == [201] * len(items)
+
+    replayed = api.post(URL, {"notifications": items}, format="json").json()["results"]
+    for first, again in zip(created, replayed, strict=True):
+        stored = api.get(f"/api/v1/notifications/{first['notification']['id']}").json()
+        assert first["notification"] == stored
+        assert again == {"status": 200, "notification": stored}
