@@ -207,6 +207,26 @@ def test_each_element_of_a_text_array_stays_one_element(queries):
     assert [e.n for e in elements] == list(range(1, len(HOSTILE_TEXTS) + 1))
 
 
+@pytest.mark.parametrize(
+    "texts",
+    [
+        [text for text in HOSTILE_TEXTS if text is not None],  # all text: joined at once
+        ["plain", "words"],
+        [""],
+        ["", ""],
+        ['a","b', "c"],  # the separator's own text inside an element
+        ['"'],
+        ["\\"],
+        [None, None, None],  # all NULL
+        [None, "after a NULL"],
+    ],
+)
+def test_every_shape_of_a_text_list_comes_back_as_sent(queries, texts):
+    elements = queries.rows("arrays_unnest", row=Element, texts=texts)
+
+    assert [e.value for e in elements] == texts
+
+
 def test_jsonb_uuid_and_timestamptz_come_back_decoded(queries):
     thing_id = create(queries, "alpha", nested={"deep": [1, None, "x"]})
 
