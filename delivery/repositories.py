@@ -60,9 +60,12 @@ class Claim:
     fallback_channels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        # The claim's jsonb array arrives as a list; a claim keeps its fallbacks immutable.
-        if not isinstance(self.fallback_channels, tuple):
-            object.__setattr__(self, "fallback_channels", tuple(self.fallback_channels))
+        # The claim statement answers NULL for an empty metadata object and an empty fallback
+        # list; its jsonb array arrives as a list, and a claim keeps its fallbacks immutable.
+        if self.metadata is None:
+            object.__setattr__(self, "metadata", {})
+        if type(self.fallback_channels) is not tuple:
+            object.__setattr__(self, "fallback_channels", tuple(self.fallback_channels or ()))
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,8 @@ class DeliveryMetrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._channels: dict[tuple[uuid.UUID, uuid.UUID], str] = {}
+        # Each claim's channel by its claim token (unique to the claim).
+        self._channels: dict[uuid.UUID, str] = {}
         # Each labelled series once: `labels()` checks and orders the names on every call,
         # which per delivered row was a tenth of a worker's own CPU. Channels, outcomes and
         # statuses are closed sets, so these stay small.
@@ -108,7 +109,7 @@ class DeliveryMetrics:
             duration = self._durations[labels] = DELIVERY_ATTEMPT_DURATION.labels(*labels)
         duration.observe(duration_s)
         with self._lock:
-            self._channels[(claim.id, claim.claim_token)] = claim.channel
+            self._channels[claim.claim_token] = claim.channel
 
     def results_recorded(
         self, finishes: Iterable[_Finished], applied: Mapping[uuid.UUID, str]
@@ -116,7 +117,7 @@ class DeliveryMetrics:
         counts: dict[tuple[str, str], int] = {}
         with self._lock:
             for finish in finishes:
-                channel = self._channels.pop((finish.id, finish.claim_token), None)
+                channel = self._channels.pop(finish.claim_token, None)
                 final = finish.status in FINAL_STATUSES
                 if channel is not None and finish.id in applied and final:
                     labels = (channel, finish.status)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import re
-import uuid
+import secrets
 
 from delivery.providers.base import (
     Accepted,
@@ -46,10 +46,14 @@ class SimulatedProvider:
         """One round trip to the store for the batch (two when new answers are settled)."""
         if not messages:
             return []
+        keys = [m.idempotency_key for m in messages]
         calls = self.repository.simulated_messages_call(
-            [(m.idempotency_key, m.channel, m.recipient) for m in messages], self._decide
+            [(key, m.channel, m.recipient) for key, m in zip(keys, messages, strict=True)],
+            self._decide,
         )
-        return [self._answer(calls[m.idempotency_key], m.recipient) for m in messages]
+        return [
+            self._answer(calls[key], m.recipient) for key, m in zip(keys, messages, strict=True)
+        ]
 
     def _decide(self, calls: int, recipient: str) -> tuple[str | None, str | None]:
         """The answer to the `calls`-th call for a key that has no final answer yet."""
@@ -62,7 +66,8 @@ class SimulatedProvider:
             return None, None
         if not flaky and self.rng.random() < self.failure_rate:
             return None, None
-        return ACCEPTED, f"sim-{uuid.uuid4()}"
+        # 128 random bits, as a UUID has, without building one (a fifth of a simulated send).
+        return ACCEPTED, f"sim-{secrets.token_hex(16)}"
 
     @staticmethod
     def _answer(call: SimulatedCall, recipient: str) -> ProviderResult:

@@ -133,6 +133,17 @@ def test_claim_carries_each_column_in_its_field_with_json_decoded():
 
 
 @pytest.mark.django_db
+def test_a_claim_of_empty_metadata_and_no_fallbacks_reads_them_empty():
+    # The statement answers NULL for both (no JSON to decode); the claim reads them empty.
+    NotificationFactory(metadata={}, fallback_channels=[])
+
+    [claim] = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
+
+    assert claim.metadata == {}
+    assert claim.fallback_channels == ()
+
+
+@pytest.mark.django_db
 def test_claim_records_the_attempt_it_starts():
     notification = NotificationFactory()
     now = DbClock().now
