@@ -98,71 +98,24 @@ FROM claimed
 ORDER BY priority, due_at, created_at;
 
 -- name: notification_finish
--- Applies a batch of results. Each input row carries the claim token it was claimed under;
--- rows whose token no longer matches (the claim expired and was taken over) are left alone.
--- In-app messages reach the inbox in this same statement. Final statuses also get their
--- webhook event here, from the trigger on notification (see migration delivery 0002).
--- A fallback switch (channel and content non-null, attempt_reset true) moves the row to its
--- next channel with its attempts reset; the finished attempt row keeps the old channel, so
--- the history shows both. A retry or deferral carries its wait in seconds (delay_s), which the
--- database adds to its own clock; NULL keeps the row's due time. The statement returns, for a
--- row that failed, whether its rate-limit slot was freed (the caller then lets the next held
--- row of that recipient go: ratelimit_release_freed).
-WITH result AS (
-    SELECT *
-    FROM unnest(
-        %(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[], %(outcomes)s::text[],
-        %(errors)s::text[], %(message_ids)s::text[], %(delays)s::float8[],
-        %(attempt_deltas)s::int[], %(attempt_resets)s::boolean[], %(channels)s::text[],
-        %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(fallbacks)s::text[]
-    ) AS r(id, claim_token, status, outcome, error, message_id, delay_s, attempt_delta,
-           attempt_reset, channel, recipient, subject, body, fallback_channels)
-), finished AS (
-    UPDATE notification AS n
-    SET status = r.status,
-        due_at = CASE WHEN r.delay_s IS NULL THEN n.due_at
-                      ELSE notifyqueue_now() + make_interval(secs => r.delay_s) END,
-        attempt_count = CASE WHEN r.attempt_reset THEN 0
-                             ELSE n.attempt_count + r.attempt_delta END,
-        channel = coalesce(r.channel, n.channel),
-        recipient = coalesce(r.recipient, n.recipient),
-        subject = coalesce(r.subject, n.subject),
-        body = coalesce(r.body, n.body),
-        fallback_channels = coalesce(r.fallback_channels::jsonb, n.fallback_channels),
-        last_error = CASE WHEN r.error IS NOT NULL THEN r.error ELSE n.last_error END,
-        sent_at = CASE WHEN r.status = 'SENT' THEN notifyqueue_now() ELSE n.sent_at END,
-        claim_token = NULL,
-        claim_expires_at = NULL,
-        updated_at = notifyqueue_now()
-    FROM result AS r
-    WHERE n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
-    RETURNING n.id, n.client_id, n.status, n.channel, n.recipient, n.subject, n.body, n.metadata,
-              r.claim_token, r.outcome, r.error, r.message_id
-), attempt AS (
-    UPDATE delivery_attempt AS a
-    SET finished_at = notifyqueue_now(), outcome = f.outcome, error = f.error,
-        provider_message_id = f.message_id
-    FROM finished AS f
-    WHERE a.claim_token = f.claim_token
-), uncounted AS (
-    -- Only deliveries count against a recipient's rate limit: a failed attempt frees the
-    -- slot it was admitted to.
-    DELETE FROM ratelimit_delivery AS d
-    USING finished AS f
-    WHERE d.claim_token = f.claim_token AND f.status <> 'SENT'
-    RETURNING d.notification_id
-), inbox AS (
-    INSERT INTO inbox_message (id, client_id, user_id, notification_id, subject, body, metadata,
-                               created_at)
-    SELECT gen_random_uuid(), f.client_id, f.recipient, f.id, f.subject, f.body, f.metadata,
-           notifyqueue_now()
-    FROM finished AS f
-    WHERE f.channel = 'in_app' AND f.status = 'SENT'
-    ON CONFLICT (notification_id) DO NOTHING
-)
-SELECT f.id, f.status, f.channel, f.client_id, f.recipient,
-       EXISTS (SELECT 1 FROM uncounted AS u WHERE u.notification_id = f.id) AS freed_slot
-FROM finished AS f;
+-- Applies a batch of results (migration delivery 0010 holds the statement): each result
+-- applies only to a PROCESSING row still held under the claim token it carries (a claim that
+-- expired and was taken over is left alone); its attempt is finished; a result other than
+-- SENT frees the rate-limit slot it was admitted to; an in-app delivery reaches the inbox in
+-- the same transaction; final statuses get their webhook event from the trigger on
+-- notification (migration delivery 0002). A fallback switch (channel and content non-null,
+-- attempt_reset true) moves the row to its next channel with its attempts reset; the finished
+-- attempt keeps the old channel. A retry or deferral carries its wait in seconds (delay_s),
+-- added to the database's clock; NULL keeps the row's due time. Each changed row is answered
+-- with whether its slot was freed (the caller then lets the next held row of that recipient
+-- go: ratelimit_release_freed). A function, so that PostgreSQL plans the statement once per
+-- server connection instead of on every batch (docs/performance.md, "Seventh round").
+SELECT id, status, channel, client_id, recipient, freed_slot
+FROM notification_finish_many(
+    %(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[], %(outcomes)s::text[],
+    %(errors)s::text[], %(message_ids)s::text[], %(delays)s::float8[],
+    %(attempt_deltas)s::int[], %(attempt_resets)s::boolean[], %(channels)s::text[],
+    %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(fallbacks)s::text[]);
 
 -- name: notification_finish_unrecordable
 -- A result the finish statement could not write even on its own: the row still ends, as

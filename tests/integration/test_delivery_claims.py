@@ -6,7 +6,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from delivery.models import DeliveryAttempt, Outcome
@@ -336,3 +336,40 @@ def test_cancel_racing_a_claim_exactly_one_wins_and_a_cancelled_row_is_never_sen
     assert not {f"{n}:email" for n in cancelled} & sent_keys
     assert winners["cancel"] + winners["claim"] == 25
     print(f"cancel won {winners['cancel']} rounds, claim won {winners['claim']}")
+
+
+def _rows_read_by_sequential_scans(table: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_get_xact_tuples_returned(%s::regclass)", [table])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+def test_the_finishs_kept_plan_reads_no_table_whole():
+    """The finish's plan is kept for the connection (PL/pgSQL, migration delivery 0010), made
+    while the tables were small (a new installation); then 20,000 notifications arrive, not
+    yet analyzed. A finish still finds its rows by their keys: a kept plan that scanned the
+    notification table would make every finish cost more the more was ever sent."""
+    tables = ("notification", "delivery_attempt", "ratelimit_delivery")
+
+    def claim_and_finish() -> list:
+        NotificationFactory()
+        [claim] = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
+        return repo.notification_finish(
+            [Finish(claim.id, claim.claim_token, Status.SENT, Outcome.SENT, message_id="m")]
+        )
+
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"ANALYZE {table}")  # small: a few rows at most
+    for _ in range(8):  # past PL/pgSQL's five custom plans: the kept plan is made now
+        claim_and_finish()
+    notifications_insert_bulk(client_id=ClientFactory().id, count=20_000, status="SENT")
+
+    with transaction.atomic():  # the counters are this transaction's
+        before = {table: _rows_read_by_sequential_scans(table) for table in tables}
+        [finished] = claim_and_finish()
+        after = {table: _rows_read_by_sequential_scans(table) for table in tables}
+
+    assert finished.status == Status.SENT
+    assert after == before
