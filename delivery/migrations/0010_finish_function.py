@@ -1,15 +1,16 @@
 """`notification_finish_many(...)`: the finish statement as a PL/pgSQL function.
 
-Parsing, analysing and planning the finish (four data-modifying steps over fourteen arrays)
-cost PostgreSQL about as much CPU as a tenth of its execution on every batch of results. A
-PL/pgSQL function keeps the plan of its statement for the life of the server connection; the
-plan does not depend on the arrays (each result row finds its notification, attempt and
-rate-limit row by their unique keys), so the kept generic plan is the one a fresh planning
-of a full table would choose; sequential scans are off for the function, so a plan made
-while the tables were small (a new installation) does not scan them whole as they grow
-(tests/integration/test_worker_edges.py). Nothing lives in the client's session: any server connection compiles the
-function on its first call, so it runs through PgBouncer in transaction mode
-(docs/performance.md, "Seventh round").
+Planning the finish (four data-modifying steps over fourteen arrays) cost PostgreSQL about a
+sixth of its execution on every batch of results, parsing it more. A PL/pgSQL function keeps
+the plan of its statement for the life of the server connection. The plan does not depend on
+the arrays (each result row finds its notification, attempt and rate-limit row by a unique
+key), so the kept generic plan is the one a fresh planning of full tables gives. Sequential
+scans are off for the function: a plan made while the tables were small (a new installation)
+would otherwise scan them whole as they grow
+(tests/integration/test_delivery_claims.py::test_the_finishs_kept_plan_reads_no_table_whole).
+Nothing lives in the client's session: any server connection compiles the function on its
+first call, so it runs through PgBouncer in transaction mode (docs/performance.md, "Seventh
+round").
 
 The rule is the statement's as it was (delivery/sql/queries.sql, `notification_finish`): each
 result applies only to a PROCESSING row still held under its claim token; its attempt is
