@@ -456,3 +456,40 @@ def test_two_claims_admitting_the_same_keys_in_opposite_orders_never_deadlock(cl
 
         run_in_threads(2, admit)  # a deadlock would raise here
     assert max(window_count(r) for r in recipients) == 3
+
+
+@pytest.mark.django_db
+def test_an_admission_counts_a_keys_window_again_only_when_the_key_has_a_held_row(clock):
+    """After admitting a claim, a key with a slot left lets its next held row go; only a key
+    with a held row needs its window counted for that. With none held, each key's window is
+    read once, by the admission itself (ratelimits 0010: the planner had run the release's
+    count for every key before the probe for held rows)."""
+    import uuid
+
+    from django.db import connection, transaction
+
+    from ratelimits.repositories import AdmissionRequest
+
+    client = ClientFactory()
+    rows = NotificationFactory.create_batch(20, client=client)
+    claims = [
+        AdmissionRequest("email", client.id, n.recipient, n.id, uuid.uuid4(), False) for n in rows
+    ]
+
+    def window_reads() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_get_xact_numscans('ratelimit_key_at'::regclass)")
+            return cursor.fetchone()[0]
+
+    with transaction.atomic():  # the counter is this transaction's
+        before = window_reads()
+        admitted = RateLimitRepository().recipients_admit(
+            claims=claims, limit=10, window_s=WINDOW_S
+        )
+        reads = window_reads() - before
+
+    assert admitted == {n.id for n in rows}
+    assert len({n.recipient for n in rows}) == 20
+    # Per key: the expired rows' delete and the admission's count (a release's count made it
+    # three).
+    assert reads == 2 * len(rows)
