@@ -1,4 +1,5 @@
-"""The admission counts a key's window for a release only when the key has a held row.
+"""The admission counts a key's window for a release only when the key has a held row; its
+statements are planned on every call again.
 
 After a claim's admission, a key with a slot left lets its next held row go
 (`ratelimit_release_next`), and migration 0007 put a probe of `notification_rate_held` before
@@ -7,8 +8,15 @@ the probe into a semi-join and kept the count as a filter before it: every key o
 still had its window counted, 0.6 ms a claim of 100 of a 1.1 ms statement (`EXPLAIN ANALYZE`,
 docs/performance.md, "Seventh round"). The probe now runs in a subquery the planner keeps
 apart (`OFFSET 0`), and only the keys it returns have their window counted. The rule does not
-change. Re-creating the function resets its settings, so sequential scans are switched off
-for it again (migration 0009).
+change.
+
+Migration 0009 had the function's plans kept per connection, with sequential scans off. The
+test suite then showed a kept plan counting a key's window through `ratelimit_at` (every
+delivery of the window, filtered by key) rather than `ratelimit_key_at`, the statistics at
+planning time making that look cheap: with sequential scans off a kept plan still chooses
+between indexes once and for all. Re-creating the function resets its settings; it is planned
+on every call again (`plan_cache_mode = force_custom_plan`, as migration 0007 had it), where
+each call's plan sees the key it counts.
 """
 
 from importlib import import_module
@@ -54,6 +62,9 @@ RELEASE = """
            WHERE d.key = held.key AND d.at > window_start) < p_limit;"""
 
 ARGUMENTS = "text[], uuid[], text[], uuid[], uuid[], boolean[], integer, double precision"
+CUSTOM_PLANS = (
+    f"ALTER FUNCTION ratelimit_admit_many({ARGUMENTS}) SET plan_cache_mode = force_custom_plan;"
+)
 SEQSCAN_OFF = f"ALTER FUNCTION ratelimit_admit_many({ARGUMENTS}) SET enable_seqscan = off;"
 
 assert BEFORE.count(RELEASE_BEFORE) == 1
@@ -64,5 +75,5 @@ class Migration(migrations.Migration):
     dependencies = [("ratelimits", "0009_admission_plans_kept")]
 
     operations = [
-        migrations.RunSQL(ADMIT_MANY + SEQSCAN_OFF, reverse_sql=BEFORE + SEQSCAN_OFF),
+        migrations.RunSQL(ADMIT_MANY + CUSTOM_PLANS, reverse_sql=BEFORE + SEQSCAN_OFF),
     ]

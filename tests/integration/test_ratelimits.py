@@ -476,13 +476,21 @@ def test_an_admission_counts_a_keys_window_again_only_when_the_key_has_a_held_ro
         AdmissionRequest("email", client.id, n.recipient, n.id, uuid.uuid4(), False) for n in rows
     ]
     with connection.cursor() as cursor:
-        # Five deliveries in each key's window already, under the limit of 10.
+        # Five deliveries in each key's window already, under the limit of 10, among 20,000
+        # of other recipients: the planner counts a key through ratelimit_key_at.
         cursor.execute(
             "INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token) "
             "SELECT ratelimit_key('email', %s, r), %s, %s, gen_random_uuid() "
             "FROM unnest(%s::text[]) AS r, generate_series(1, 5)",
             [client.id, clock.now - timedelta(seconds=1), rows[0].id, [n.recipient for n in rows]],
         )
+        cursor.execute(
+            "INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token) "
+            "SELECT sha256(('other-' || g)::bytea), %s, %s, gen_random_uuid() "
+            "FROM generate_series(1, 20000) AS g",
+            [clock.now - timedelta(seconds=1), rows[0].id],
+        )
+        cursor.execute("ANALYZE ratelimit_delivery")
 
     def window_entries_read() -> int:
         with connection.cursor() as cursor:
