@@ -11,9 +11,10 @@ apart (`OFFSET 0`), and only the keys it returns have their window counted. The 
 change.
 
 Migration 0009 had the function's plans kept per connection, with sequential scans off. The
-test suite then showed a kept plan counting a key's window through `ratelimit_at` (every
-delivery of the window, filtered by key) rather than `ratelimit_key_at`, the statistics at
-planning time making that look cheap: with sequential scans off a kept plan still chooses
+test suite then showed a kept plan counting the keys' windows without reading one entry of
+`ratelimit_key_at` (so through another index, `ratelimit_at` being the one that fits: every
+delivery of the window, filtered by key), the statistics at planning time making that look
+cheap: with sequential scans off a kept plan still chooses
 between indexes once and for all. Re-creating the function resets its settings; it is planned
 on every call again (`plan_cache_mode = force_custom_plan`, as migration 0007 had it), where
 each call's plan sees the key it counts.
