@@ -130,6 +130,8 @@ class Worker:
         self._summary_at = time.monotonic()
         self._next_maintenance = 0.0
         self._next_statistics_check = 0.0
+        # Each circuit has its row before the first claim (see _maintain).
+        self._circuits_registered = False
         self._stopping = threading.Event()
         # Set by a provider's answer, a NOTIFY and stop(): whatever the idle loop waits for.
         self._wake = threading.Event()
@@ -274,7 +276,6 @@ class Worker:
         listener.start()
         self._next_maintenance = 0.0
         try:
-            circuits_register(list(self.circuits.values()))
             while not self._stopping.is_set():
                 try:
                     if not self._loop_once(until_empty=until_empty):
@@ -326,10 +327,15 @@ class Worker:
         return True
 
     def _maintain(self, now: float) -> None:
-        """What is due at `now` (time.monotonic()): the heartbeat and the reclaim of expired
-        claims every heartbeat_s; the hot tables' statistics every STATISTICS_CHECK_S, so a
-        busy worker refreshes them within a second of a burst, and at once when a burst
-        begins (see run_once)."""
+        """What is due at `now` (time.monotonic()): first of all the circuits' rows (until
+        written: a worker whose connection drops as it starts retries, as any turn of the
+        loop does, rather than exiting); the heartbeat and the reclaim of expired claims
+        every heartbeat_s; the hot tables' statistics every STATISTICS_CHECK_S, so a busy
+        worker refreshes them within a second of a burst, and at once when a burst begins
+        (see run_once)."""
+        if not self._circuits_registered:
+            circuits_register(list(self.circuits.values()))
+            self._circuits_registered = True
         if now >= self._next_maintenance:
             self.heartbeat()
             if self.reclaim_expired():

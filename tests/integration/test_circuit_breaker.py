@@ -68,7 +68,7 @@ def breaker_worker():
     clock = FakeClock()
     provider = StateRecordingProvider()
     worker = worker_build(providers={"email": provider}, circuit=POLICY)
-    circuits_register(list(worker.circuits.values()))  # as Worker.run() does
+    circuits_register(list(worker.circuits.values()))  # as the first turn of Worker.run() does
     worker.circuits_test_clock, worker.test_provider = clock, provider
     yield worker
     worker.stop()
@@ -310,3 +310,32 @@ def test_the_probe_is_due_by_the_database_clock_after_the_cooldown_or_an_expired
     assert due()  # the probe's worker never answered: it may be taken over
     repository.succeeded(name=EMAIL)
     assert repository.read(name=EMAIL, cooldown_s=30).state == CircuitState.HALF_OPEN
+
+
+def test_a_worker_whose_connection_drops_as_it_registers_its_circuits_retries_and_delivers(
+    monkeypatch,
+):
+    """The circuits' rows are the worker's first write. A connection terminated at that
+    moment (the fault suite's pg_terminate_backend caught one) is retried as any turn of the
+    loop is, and the worker goes on: it exited with status 1 before."""
+    from django.db import OperationalError
+
+    notification = NotificationFactory()
+    register = CircuitRepository.register
+    attempts = []
+
+    def dropped_once(self, *, names):
+        attempts.append(names)
+        if len(attempts) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return register(self, names=names)
+
+    monkeypatch.setattr(CircuitRepository, "register", dropped_once)
+    worker = worker_build(providers={"email": SimulatedProvider()}, circuit=POLICY)
+
+    worker.run(until_empty=True)
+
+    assert attempts == [[EMAIL], [EMAIL]]
+    assert circuit(EMAIL).state == CircuitState.CLOSED
+    notification.refresh_from_db()
+    assert notification.status == Status.SENT
