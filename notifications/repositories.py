@@ -229,6 +229,9 @@ def _create(params: dict[str, Any]) -> list[Inserted]:
 _JSON_POSITIONS = tuple(RECORD_FIELDS.index(column) for column in JSON_COLUMNS)
 _PRIORITY_POSITION = RECORD_FIELDS.index("priority")
 _ID_POSITION = RECORD_FIELDS.index("id")
+_METADATA_POSITION = RECORD_FIELDS.index("metadata")
+_PAYLOAD_POSITION = RECORD_FIELDS.index("payload")
+_FALLBACKS_POSITION = RECORD_FIELDS.index("fallback_channels")
 _SEND_AT_POSITION = RECORD_FIELDS.index("send_at")
 _DUE_AT_POSITION = RECORD_FIELDS.index("due_at")
 _CREATED_AT_POSITION = RECORD_FIELDS.index("created_at")
@@ -306,8 +309,9 @@ def _fetch_created_in_order(
 def _record_created(
     client_id: uuid.UUID, new: NewNotification, row: Sequence[Any]
 ) -> NotificationRecord:
-    """The record of a row just inserted for `client_id` from `new`: its id and times from `row`
-    (the record's columns in order, the others NULL), everything else as the insert wrote it."""
+    """The record of a row just inserted for `client_id` from `new`: its id, times and JSON
+    values from `row` (the record's columns in order; an empty metadata object or fallback list
+    NULL, as are the columns `new` gives), everything else as the insert wrote it."""
     return NotificationRecord(
         id=row[_ID_POSITION],
         client_id=client_id,
@@ -319,11 +323,11 @@ def _record_created(
         subject=new.subject,
         body=new.body,
         priority=new.priority,
-        metadata=new.metadata,
+        metadata=row[_METADATA_POSITION] or {},
         user_id=new.user_id,
         template=new.template,
-        payload=new.payload,
-        fallback_channels=new.fallback_channels,
+        payload=row[_PAYLOAD_POSITION],
+        fallback_channels=row[_FALLBACKS_POSITION] or [],
         send_at=row[_SEND_AT_POSITION],
         due_at=row[_DUE_AT_POSITION],
         attempt_count=0,

@@ -238,8 +238,8 @@ def _array_literal(values: list[Any]) -> str | None:
     braces, blanks, the word NULL) stays one element; None is NULL.
 
     The lists a worker sends are mostly all text, all NULL or all UUIDs: those are joined in one
-    call each (a tenth of the time of writing element by element, which was a sixth of a
-    worker's CPU: docs/performance.md, "Seventh round")."""
+    call each, which halved the literals' cost in a drain (6.8 → 3.5 µs a delivered row:
+    docs/performance.md, "Seventh round")."""
     if not values:
         return "{}"
     try:

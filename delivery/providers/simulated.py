@@ -66,7 +66,7 @@ class SimulatedProvider:
             return None, None
         if not flaky and self.rng.random() < self.failure_rate:
             return None, None
-        # 128 random bits, as a UUID has, without building one (a fifth of a simulated send).
+        # 128 random bits, as a UUID has, without building one (per message, on the hot path).
         return ACCEPTED, f"sim-{secrets.token_hex(16)}"
 
     @staticmethod

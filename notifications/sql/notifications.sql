@@ -66,9 +66,11 @@ SELECT false AS created,
 -- arrive as one JSON array; the wake-up trigger is per statement, so the whole batch sends
 -- one NOTIFY. As in notification_create, a key committed by another request while this
 -- statement waited is missing from the answer; the caller runs the statement again for those.
--- A row it inserted answers only what the database chose (its id and times; the other columns
--- NULL): the caller has the rest, as it sent them. Decoding every column of every new row back
--- was a third of a batch's CPU in the API (docs/performance.md, "Seventh round").
+-- A row it inserted answers what the database chose (its id and times) and its JSON values as
+-- stored (jsonb rewrites numbers and key order; an empty metadata object or fallback list comes
+-- back NULL); its other columns are NULL: the caller has them, as it sent them. Decoding every
+-- column of every new row back was a quarter of a batch's CPU in the API (docs/performance.md,
+-- "Seventh round").
 WITH clock AS (
     SELECT notifyqueue_now() AS now
 ), item AS (
@@ -105,14 +107,17 @@ WITH clock AS (
      -- the same keys wait for each other instead of deadlocking.
      ORDER BY i.idempotency_key
     ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
-    RETURNING id, idempotency_key, send_at, due_at, created_at, updated_at
+    RETURNING id, idempotency_key, metadata, payload, fallback_channels, send_at, due_at,
+              created_at, updated_at
 )
 -- NotificationRecord's columns, in its order (read by position).
 SELECT true AS created,
        new.id, NULL AS client_id, new.idempotency_key, NULL AS request_fingerprint,
        NULL AS status, NULL AS channel, NULL AS recipient, NULL AS subject, NULL AS body,
-       NULL AS priority, NULL AS metadata, NULL AS user_id, NULL AS template, NULL AS payload,
-       NULL AS fallback_channels, new.send_at, new.due_at, NULL AS attempt_count,
+       NULL AS priority, nullif(new.metadata, '{}'::jsonb) AS metadata, NULL AS user_id,
+       NULL AS template, new.payload,
+       nullif(new.fallback_channels, '[]'::jsonb) AS fallback_channels, new.send_at,
+       new.due_at, NULL AS attempt_count,
        NULL AS max_attempts, NULL AS last_error, NULL AS sent_at, NULL AS operator_retries,
        new.created_at, new.updated_at, NULL AS last_retried_at, NULL AS last_retried_by
   FROM new
