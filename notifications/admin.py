@@ -26,7 +26,7 @@ from django.utils.html import format_html
 
 from monitoring.paginators import EstimatedCountPaginator
 from notifications import retries, services
-from notifications.models import QUEUED_STATUSES, Notification, Status
+from notifications.models import QUEUED_STATUSES, Notification, Status, recipient_is
 from notifyqueue.admin import ReadOnlyAdmin
 
 
@@ -168,13 +168,13 @@ class NotificationAdmin(ReadOnlyAdmin):
         return self.ordering
 
     def get_search_results(self, request, queryset, search_term):
-        """Exact matches only, each served by an index (the primary key, the recipient's hash
+        """Exact matches only, each served by an index (the primary key, the recipient's digest
         index, the idempotency key's index); Django's default `=` search compares
         case-insensitively, which no index serves."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        match = Q(recipient=term) | Q(idempotency_key=term)
+        match = recipient_is(term) | Q(idempotency_key=term)
         with contextlib.suppress(ValueError):
             match |= Q(id=uuid.UUID(term))
         return queryset.filter(match), False

@@ -36,7 +36,7 @@ from django.db import IntegrityError, connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from notifications.models import QUEUED_STATUSES, Notification, Priority, Status
+from notifications.models import QUEUED_STATUSES, Notification, Priority, Status, recipient_is
 from notifyqueue.errors import InvalidRequest
 from notifyqueue.sqlgateway import Queries
 
@@ -465,10 +465,11 @@ class NotificationRepository:
         conditions = {
             "status": filters.status,
             "channel": filters.channel,
-            "recipient": filters.recipient,
             "priority": None if filters.priority is None else int(filters.priority),
         }
         rows = rows.filter(**{k: v for k, v in conditions.items() if v is not None})
+        if filters.recipient is not None:
+            rows = rows.filter(recipient_is(filters.recipient))
         table = '"notification_queue"' if queued else '"notification"'
         created_at = "queue_entry__created_at" if queued else "created_at"
         if before is not None:

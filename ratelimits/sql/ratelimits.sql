@@ -48,7 +48,8 @@ WITH recent AS (
            row_number() OVER (ORDER BY n.priority, n.created_at, n.id) - 1 AS j
     FROM notification AS n
     WHERE (n.id = %(notification_id)s
-           OR (n.recipient = %(recipient)s
+           OR (md5(n.recipient)::uuid = md5(%(recipient)s)::uuid  -- notification_recipient
+               AND n.recipient = %(recipient)s
                AND CASE WHEN %(channel)s = 'in_app'
                         THEN n.channel = 'in_app' AND n.client_id = %(client_id)s
                         ELSE n.channel <> 'in_app' END

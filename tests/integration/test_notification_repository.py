@@ -247,21 +247,26 @@ def test_pending_count_stops_at_its_limit():
     assert repository.pending_count(client_id=ClientFactory().id, limit=10) == 0
 
 
-def insert_pending_rows(client_id: uuid.UUID, count: int) -> None:
+INSERT_ROWS = """
+    INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+        channel, recipient, subject, body, priority, metadata, fallback_channels,
+        status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+        created_at, updated_at)
+    SELECT gen_random_uuid(), %(client_id)s, %(key_prefix)s || n, '', 'email',
+           coalesce(%(recipient)s, 'u' || n || '@example.com'),
+           '', 'x', 2, '{}', '[]', 'PENDING', now(), now(), 0, 6, 0,
+           now() - n * interval '1 second', now() - n * interval '1 second'
+      FROM generate_series(1, %(count)s) AS n
+"""
+
+
+def insert_pending_rows(
+    client_id: uuid.UUID, count: int, *, recipient: str | None = None, key_prefix: str = "bulk-"
+) -> None:
+    """`count` rows, each for its own recipient unless one is given."""
+    params = {"client_id": client_id, "count": count, "recipient": recipient}
     with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
-                channel, recipient, subject, body, priority, metadata, fallback_channels,
-                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
-                created_at, updated_at)
-            SELECT gen_random_uuid(), %s, 'bulk-' || n, '', 'email', 'u' || n || '@example.com',
-                   '', 'x', 2, '{}', '[]', 'PENDING', now(), now(), 0, 6, 0,
-                   now() - n * interval '1 second', now() - n * interval '1 second'
-              FROM generate_series(1, %s) AS n
-            """,
-            [client_id, count],
-        )
+        cursor.execute(INSERT_ROWS, {**params, "key_prefix": key_prefix})
         cursor.execute("ANALYZE notification")
 
 
@@ -340,7 +345,13 @@ def test_client_list_queries_use_an_index(two_busy_clients, filters, indexes):
 
 
 @pytest.mark.parametrize(
-    "filters", [ListFilters(), ListFilters(status="SENT"), ListFilters(status="PENDING")]
+    "filters",
+    [
+        ListFilters(),
+        ListFilters(status="SENT"),
+        ListFilters(status="PENDING"),
+        ListFilters(recipient="u7@example.com"),
+    ],
 )
 def test_client_list_pages_come_off_the_index_in_order(two_busy_clients, filters):
     with transaction.atomic():
@@ -367,3 +378,31 @@ def test_a_cursor_page_starts_inside_the_index(two_busy_clients, direction):
     assert scan["Index Name"] == "notification_client_list"
     assert "created_at" in scan["Index Cond"]
     assert "Sort" not in {node["Node Type"] for node in nodes(plan)}
+
+
+def blocks_to_insert_one_row(client_id: uuid.UUID, recipient: str) -> int:
+    """Buffers an insert of one row for `recipient` touched: the heap's and every index's."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + INSERT_ROWS,
+            {"client_id": client_id, "count": 1, "recipient": recipient, "key_prefix": recipient},
+        )
+        (plan,) = cursor.fetchone()
+    top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+
+
+@pytest.mark.django_db
+def test_a_create_for_a_recipient_with_a_long_history_costs_what_a_new_recipients_does():
+    """A hash index on `recipient` kept one recipient's entries in one bucket, and each insert
+    walked that bucket's pages to one with room: a create cost more the more rows its recipient
+    already had (a frequent address, a monitoring inbox, one push token). The recipient's
+    digest index is a btree: an insert descends it, whatever the recipient's history."""
+    client = ClientFactory()
+    insert_pending_rows(client.id, 20_000, recipient="frequent@example.com")
+    blocks_warm = blocks_to_insert_one_row(client.id, "warm-up@example.com")
+    blocks_frequent = blocks_to_insert_one_row(client.id, "frequent@example.com")
+    blocks_new = blocks_to_insert_one_row(client.id, "new@example.com")
+    # The hash index touched ~50 more buffers here (20,000 entries, ~400 to a page).
+    assert blocks_warm > 0
+    assert blocks_frequent <= blocks_new + 3
