@@ -185,13 +185,14 @@ class NotificationQueue(models.Model):
     every read by status go through, so that the wide record keeps no index on a column those
     change.
 
-    Written only by the triggers on `notification` (migration notifications 0009), in the same
-    statement that changes the record, under that record's row lock; never written directly.
-    A row is the record's copy of status, priority, channel, due time, creation time and claim
-    expiry; a record that becomes SENT leaves this table, so it holds the backlog, the claims in
-    flight and the rows an operator may act on (FAILED, DEAD_LETTERED), and its size does not
-    grow with delivered history. Statements that lock a notification lock the record (`FOR
-    UPDATE OF n`), never this row, so lock order is always record first.
+    Written only by the triggers on `notification` (migrations notifications 0009 and 0014), in
+    the same statement that changes the record, under that record's row lock; never written
+    directly. A row is the record's copy of status, priority, channel, due time, creation time,
+    claim expiry and recipient digest; a record that becomes SENT leaves this table, so it
+    holds the backlog, the claims in flight and the rows an operator may act on (FAILED,
+    DEAD_LETTERED), and its size does not grow with delivered history. Statements that lock a
+    notification lock the record (`FOR UPDATE OF n`), never this row, so lock order is always
+    record first.
     """
 
     notification = models.OneToOneField(
@@ -209,10 +210,20 @@ class NotificationQueue(models.Model):
     due_at = models.DateTimeField()
     created_at = models.DateTimeField()
     claim_expires_at = models.DateTimeField(null=True)
+    # md5(recipient)::uuid, the record's recipient digest (`recipient_digest`).
+    recipient_digest = models.UUIDField()
 
     class Meta:
         db_table = "notification_queue"
         indexes = [
+            # A recipient's waiting rows, which a rate-limit deferral schedules
+            # (ratelimits/sql/ratelimits.sql): only PENDING rows, so the deferral's cost is
+            # the recipient's backlog, not its history, and a claim writes no entry here.
+            models.Index(
+                fields=["recipient_digest"],
+                name="queue_pending_recipient",
+                condition=Q(status=Status.PENDING),
+            ),
             # The claim's loose index scan over the (priority, client) pairs that have waiting
             # rows, then each pair's due range (delivery/sql/queries.sql).
             models.Index(

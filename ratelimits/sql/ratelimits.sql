@@ -47,9 +47,17 @@ WITH recent AS (
     SELECT n.id, coalesce(n.rate_deferred_from, n.due_at) AS own_due_at,
            row_number() OVER (ORDER BY n.priority, n.created_at, n.id) - 1 AS j
     FROM notification AS n
-    WHERE (n.id = %(notification_id)s
-           OR (md5(n.recipient)::uuid = md5(%(recipient)s)::uuid  -- notification_recipient
-               AND n.recipient = %(recipient)s
+    -- Candidates: the claimed row, the recipient's PENDING rows (queue_pending_recipient) and
+    -- the claims in flight (queue_claim_expiry): the recipient's backlog, never its history.
+    WHERE n.id IN (SELECT %(notification_id)s::uuid
+                   UNION ALL
+                   SELECT q.id FROM notification_queue AS q
+                   WHERE q.status = 'PENDING'
+                     AND q.recipient_digest = md5(%(recipient)s)::uuid
+                   UNION ALL
+                   SELECT q.id FROM notification_queue AS q WHERE q.status = 'PROCESSING')
+      AND (n.id = %(notification_id)s
+           OR (n.recipient = %(recipient)s
                AND CASE WHEN %(channel)s = 'in_app'
                         THEN n.channel = 'in_app' AND n.client_id = %(client_id)s
                         ELSE n.channel <> 'in_app' END

@@ -509,3 +509,67 @@ def test_an_admission_counts_a_keys_window_again_only_when_the_key_has_a_held_ro
     assert admitted == {n.id for n in rows}
     # The admission's count reads each key's 5 entries; a second count per key read 6 more.
     assert read == 5 * len(rows)
+
+
+def test_a_deferral_reads_the_recipients_backlog_not_its_history():
+    """A deferral schedules the recipient's waiting rows. It found them among every row the
+    recipient ever had, through the record's recipient index, and read each to check its
+    status: a recipient at its limit with a long history (a monitoring inbox, one push token)
+    made every deferral read all of it, in the worker's loop under the key's lock. The queue's
+    PENDING rows by recipient (queue_pending_recipient) and the claims in flight are all it
+    reads now: the buffers it touches do not grow with the 5,000 delivered rows here."""
+    import json
+    import uuid
+
+    from django.db import connection, transaction
+
+    from notifyqueue.sqlfile import queries_load
+    from ratelimits.repositories import SQL
+
+    client = ClientFactory()
+    recipient = "inbox@example.com"
+    notifications_insert_bulk(
+        client_id=client.id,
+        count=5000,
+        status=Status.SENT,
+        attempt_count=1,
+        last_error=None,
+        recipient=recipient,
+    )
+    waiting = NotificationFactory.create_batch(3, client=client, recipient=recipient)
+    claimed = NotificationFactory(client=client, recipient=recipient)
+    token = uuid.uuid4()
+    Notification.objects.filter(id=claimed.id).update(
+        status=Status.PROCESSING,
+        claim_token=token,
+        claimed_by="worker-1",
+        claim_expires_at=timezone.now() + timedelta(minutes=5),
+        attempt_count=1,
+    )
+    statement = queries_load(SQL.path)["ratelimit_defer"]
+    params = {
+        "channel": "email",
+        "client_id": client.id,
+        "recipient": recipient,
+        "notification_id": claimed.id,
+        "claim_token": token,
+        "critical": False,
+        "limit": 2,
+        "window_s": WINDOW_S,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE notification")
+        cursor.execute("ANALYZE notification_queue")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", params)
+        (plan,) = cursor.fetchone()
+        top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+        cursor.execute("SELECT id, due_at FROM notification WHERE status = 'PENDING'")
+        scheduled = dict(cursor.fetchall())
+        transaction.set_rollback(True)
+
+    # It did its work: the claimed row and the three waiting ones all have a schedule.
+    assert set(scheduled) == {claimed.id, *(n.id for n in waiting)}
+    # 38 buffers when written; through the record's recipient index, 337 (and growing with
+    # the history: every page holding one of the recipient's rows).
+    assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 100

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from django.db import connection
 
-QUEUE_COLUMNS = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
+COPIED = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
+QUEUE_COLUMNS = f"{COPIED}, recipient_digest"
+# The record's values for the queue's columns.
+RECORD_COLUMNS = f"{COPIED}, md5(recipient)::uuid"
 
 
 def queue_differences() -> list[tuple]:
     """Rows the record has and the queue lacks, or the other way round, compared on every
     queue column (the record's SENT rows excluded: they have no queue row). Empty when the
     queue is exactly the record's copy."""
-    record = f"SELECT {QUEUE_COLUMNS} FROM notification WHERE status <> 'SENT'"
+    record = f"SELECT {RECORD_COLUMNS} FROM notification WHERE status <> 'SENT'"
     queue = f"SELECT {QUEUE_COLUMNS} FROM notification_queue"
     with connection.cursor() as cursor:
         cursor.execute(f"({record} EXCEPT ALL {queue}) UNION ALL ({queue} EXCEPT ALL {record})")
