@@ -210,8 +210,9 @@ class NotificationQueue(models.Model):
     due_at = models.DateTimeField()
     created_at = models.DateTimeField()
     claim_expires_at = models.DateTimeField(null=True)
-    # md5(recipient)::uuid, the record's recipient digest (`recipient_digest`).
-    recipient_digest = models.UUIDField()
+    # A PENDING row's md5(recipient)::uuid (`recipient_digest`); NULL in any other status, so a
+    # claim computes none (migration 0014).
+    recipient_digest = models.UUIDField(null=True)
 
     class Meta:
         db_table = "notification_queue"

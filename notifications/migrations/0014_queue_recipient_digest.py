@@ -1,4 +1,4 @@
-"""The queue carries the recipient's digest, and an index of the PENDING rows by it.
+"""The queue carries a PENDING row's recipient digest, and an index of those rows by it.
 
 A rate-limit deferral schedules the recipient's waiting rows (ratelimits/sql/ratelimits.sql).
 It found them through the record's recipient index, which holds every row the recipient ever
@@ -7,9 +7,11 @@ made each deferral read all of them (1.6 s, `EXPLAIN ANALYZE`), in the worker's 
 key's lock. The queue holds no SENT row, and `queue_pending_recipient` only the PENDING ones, so
 a deferral now reads the recipient's backlog and the claims in flight, whatever its history.
 
-The triggers copy `md5(recipient)::uuid` as they copy the other columns (a fallback to another
-channel changes the recipient). A claim writes no entry in the new index: PROCESSING rows are
-outside it, as they are outside the other PENDING indexes.
+The triggers write `md5(recipient)::uuid` for a PENDING row and NULL for any other, as they copy
+the other columns (a fallback to another channel changes the recipient): a claim, which turns
+PENDING rows into PROCESSING ones, computes no digest and writes no entry in the new index
+(PROCESSING rows are outside it, as they are outside the other PENDING indexes). Computing the
+digest for every row a claim updates cost PostgreSQL 1–1.4 µs a drained row.
 """
 
 from importlib import import_module
@@ -20,7 +22,11 @@ from django.db.models import Q
 QUEUE_TABLE = import_module("notifications.migrations.0009_queue_table")
 
 COLUMNS = f"{QUEUE_TABLE.QUEUE_COLUMNS}, recipient_digest"
-FROM_RECORD = f"{QUEUE_TABLE.QUEUE_COLUMNS}, md5(recipient)::uuid"
+# What the record gives for those columns.
+FROM_RECORD = (
+    f"{QUEUE_TABLE.QUEUE_COLUMNS}, "
+    "CASE WHEN status = 'PENDING' THEN md5(recipient)::uuid END"
+)
 
 TRIGGERS = f"""
 CREATE OR REPLACE FUNCTION notification_queue_inserted() RETURNS trigger
@@ -61,7 +67,7 @@ UNTRIGGERS = "\n\n".join(
 
 BACKFILL = """
 UPDATE notification_queue AS q SET recipient_digest = md5(n.recipient)::uuid
-FROM notification AS n WHERE n.id = q.id;
+FROM notification AS n WHERE n.id = q.id AND q.status = 'PENDING';
 """
 
 
@@ -75,11 +81,6 @@ class Migration(migrations.Migration):
             field=models.UUIDField(null=True),
         ),
         migrations.RunSQL(TRIGGERS + BACKFILL, reverse_sql=UNTRIGGERS),
-        migrations.AlterField(
-            model_name="notificationqueue",
-            name="recipient_digest",
-            field=models.UUIDField(),
-        ),
         migrations.AddIndex(
             model_name="notificationqueue",
             index=models.Index(

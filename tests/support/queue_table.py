@@ -8,7 +8,7 @@ from django.db import connection
 COPIED = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
 QUEUE_COLUMNS = f"{COPIED}, recipient_digest"
 # The record's values for the queue's columns.
-RECORD_COLUMNS = f"{COPIED}, md5(recipient)::uuid"
+RECORD_COLUMNS = f"{COPIED}, CASE WHEN status = 'PENDING' THEN md5(recipient)::uuid END"
 
 
 def queue_differences() -> list[tuple]:
