@@ -23,8 +23,10 @@ class RecipientDelivery(models.Model):
         related_name="+",
         db_constraint=False,
     )
-    # The claim that was admitted; a failed attempt's row is deleted by its finish.
-    claim_token = models.UUIDField(unique=True)
+    # The claim that was admitted; a failed attempt's row is deleted by its finish. The primary
+    # key: a claim is admitted once, and a surrogate key was one more index entry and sequence
+    # value per delivery (migration 0013).
+    claim_token = models.UUIDField(primary_key=True)
 
     class Meta:
         db_table = "ratelimit_delivery"

@@ -113,8 +113,8 @@ FROM unnest(%(channels)s::text[], %(client_ids)s::uuid[], %(recipients)s::text[]
 -- name: ratelimit_prune
 -- Forgets deliveries that have left every window, a bounded number at a time.
 DELETE FROM ratelimit_delivery
-WHERE id IN (
-    SELECT id FROM ratelimit_delivery
+WHERE claim_token IN (
+    SELECT claim_token FROM ratelimit_delivery
     WHERE at <= notifyqueue_now() - make_interval(secs => %(window_s)s)
     LIMIT %(limit)s
 )

@@ -573,3 +573,31 @@ def test_a_deferral_reads_the_recipients_backlog_not_its_history():
     # 38 buffers when written; through the record's recipient index, 337 (and growing with
     # the history: every page holding one of the recipient's rows).
     assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 100
+
+
+def test_the_prune_forgets_deliveries_that_left_every_window_a_batch_at_a_time(clock):
+    """The worker's upkeep deletes window rows older than the window, at most `limit` a call
+    (rows named by their claim token, the table's key); rows still inside it stay."""
+    import uuid
+
+    notification = NotificationFactory()
+    now = timezone.now()
+
+    def delivery(age_s: float) -> RecipientDelivery:
+        return RecipientDelivery(
+            key=rate_key("ada@example.com"),
+            at=now - timedelta(seconds=age_s),
+            notification=notification,
+            claim_token=uuid.uuid4(),
+        )
+
+    RecipientDelivery.objects.bulk_create(
+        [delivery(WINDOW_S + 30) for _ in range(5)] + [delivery(WINDOW_S - 30) for _ in range(3)]
+    )
+    repository = RateLimitRepository()
+
+    assert repository.ratelimit_prune(window_s=WINDOW_S, limit=4) == 4
+    assert repository.ratelimit_prune(window_s=WINDOW_S, limit=4) == 1
+    assert repository.ratelimit_prune(window_s=WINDOW_S, limit=4) == 0
+    assert RecipientDelivery.objects.count() == 3
+    assert not RecipientDelivery.objects.filter(at__lte=now - timedelta(seconds=WINDOW_S))
