@@ -165,9 +165,11 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
 
 -- name: notification_cancel
 -- Only a PENDING row changes. A worker's claim takes the same row lock and also requires
--- PENDING, so exactly one of the two wins; the other sees zero rows.
+-- PENDING, so exactly one of the two wins; the other sees zero rows. A row a rate-limit
+-- deferral held back is held no longer: it leaves notification_rate_held, whose rows each
+-- admission of the recipient would otherwise find and look through for ever.
 UPDATE notification
-   SET status = 'CANCELLED', updated_at = %(now)s
+   SET status = 'CANCELLED', rate_deferred_from = NULL, updated_at = %(now)s
  WHERE id = %(id)s
    AND client_id = %(client_id)s
    AND status = 'PENDING'

@@ -192,3 +192,29 @@ def test_an_error_after_the_provider_answered_still_records_the_answer(workers):
     notification.refresh_from_db()
     assert (notification.status, notification.last_error) == (Status.FAILED, "no such mailbox")
     assert DeliveryAttempt.objects.get().outcome == Outcome.PERMANENT_FAILURE
+
+
+def test_a_cancelled_held_row_is_held_no_longer(clock, workers):
+    """Limit 1, three waiting: one goes, the deferral holds the other two back. Cancelling them
+    (the API's cancel) must take them out of the held rows: a cancelled row that kept its
+    `rate_deferred_from` stayed in notification_rate_held, and every later admission of the
+    recipient found it, counted the window and looked through the held rows for nothing."""
+    from notifications.repositories import NotificationRepository
+
+    client = ClientFactory()
+    for _ in range(3):
+        NotificationFactory(client=client, recipient="ada@example.com")
+    worker = limited_worker(clock, limit=1, concurrency=1)
+    workers(worker)
+    step_until_idle(worker)
+    held = list(Notification.objects.filter(status=Status.PENDING))
+    assert len(held) == 2 and all(n.rate_deferred_from is not None for n in held)
+
+    repository = NotificationRepository()
+    for row in held:
+        cancelled = repository.cancel_pending(
+            notification_id=row.id, client_id=client.id, now=clock.now
+        )
+        assert cancelled is not None and cancelled.status == Status.CANCELLED
+
+    assert not Notification.objects.filter(rate_deferred_from__isnull=False).exists()
