@@ -121,9 +121,15 @@ class InboxMessage(models.Model):
     class Meta:
         db_table = "inbox_message"
         indexes = [
-            models.Index(fields=["client", "user_id", "-created_at"], name="inbox_by_user"),
+            # A user's inbox pages, newest first, by keyset on (created_at, id): each page is
+            # read off one of these in order, all messages or the unread ones, whatever the
+            # user's history (the unread index held no order: a page of unread messages sorted
+            # every unread message of the user; migration delivery 0011).
+            models.Index(fields=["client", "user_id", "-created_at", "-id"], name="inbox_by_user"),
             models.Index(
-                fields=["client", "user_id"], name="inbox_unread", condition=Q(read_at__isnull=True)
+                fields=["client", "user_id", "-created_at", "-id"],
+                name="inbox_unread",
+                condition=Q(read_at__isnull=True),
             ),
         ]
 

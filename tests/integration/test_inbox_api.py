@@ -97,7 +97,10 @@ def test_another_clients_message_cannot_be_listed_or_marked_read(api, make_clien
     assert owner.post(f"/api/v1/users/u-1/inbox/{theirs.id}/read").status_code == 200
 
 
-def test_inbox_page_reads_the_users_index_newest_first_without_a_scan(acme):
+def test_inbox_page_reads_the_users_index_newest_first_without_a_scan_or_a_sort(acme):
+    """Each page, of all messages or the unread ones, comes off an index in the page's order:
+    its cost is the page's, not the user's history (before delivery 0011 a page of unread
+    messages sorted all of the user's unread messages)."""
     from django.db import connection
 
     from preferences.repositories import SQL
@@ -139,3 +142,4 @@ def test_inbox_page_reads_the_users_index_newest_first_without_a_scan(acme):
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert "inbox_by_user" in plan or "inbox_unread" in plan, plan
             assert "Seq Scan on inbox_message" not in plan, plan
+            assert "Sort" not in plan, plan
