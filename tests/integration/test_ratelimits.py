@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 WINDOW_S = 60.0
 
 
-def limited_worker(clock, *, limit=10, batch_size=100, concurrency=4):
+def limited_worker(clock, *, limit=10, batch_size=100, concurrency=4, prune_batch=10_000):
     from delivery.services import RetryPolicy
     from delivery.worker import Worker, WorkerConfig
 
@@ -36,6 +37,7 @@ def limited_worker(clock, *, limit=10, batch_size=100, concurrency=4):
             poll_interval_s=0.05,
             heartbeat_s=60,
             rate_limit=RateLimit(limit=limit, window_s=WINDOW_S),
+            prune_batch=prune_batch,
         ),
         policy=RetryPolicy(base_s=0.5, max_s=60),
     )
@@ -601,3 +603,32 @@ def test_the_prune_forgets_deliveries_that_left_every_window_a_batch_at_a_time(c
     assert repository.ratelimit_prune(window_s=WINDOW_S, limit=4) == 0
     assert RecipientDelivery.objects.count() == 3
     assert not RecipientDelivery.objects.filter(at__lte=now - timedelta(seconds=WINDOW_S))
+
+
+def test_the_workers_prune_keeps_pace_with_what_it_admitted(clock, workers):
+    """Rows leave the window at the rate they were admitted a window ago. One batch a
+    heartbeat (10,000 a worker every 5 s) fell behind above 2,000 deliveries a second a worker,
+    and the expired rows piled up for as long as the rate lasted. The prune now deletes at
+    least as many rows as the worker admitted since its last prune, and one batch more."""
+    client = ClientFactory()
+    expired = NotificationFactory(client=client, status=Status.SENT)
+    RecipientDelivery.objects.bulk_create(
+        RecipientDelivery(
+            key=rate_key(f"gone-{n}@example.com"),
+            at=clock.now - timedelta(seconds=WINDOW_S + 10),
+            notification=expired,
+            claim_token=uuid.uuid4(),
+        )
+        for n in range(1000)
+    )
+    notifications_insert_bulk(client_id=client.id, count=300, status=Status.PENDING)
+    worker = limited_worker(clock, prune_batch=100)
+    workers(worker)
+    step_until_idle(worker)
+    assert Notification.objects.filter(status=Status.SENT).count() == 301
+
+    worker.reclaim_expired()
+
+    window_start = clock.now - timedelta(seconds=WINDOW_S)
+    assert RecipientDelivery.objects.filter(at__lte=window_start).count() == 1000 - (300 + 100)
+    assert RecipientDelivery.objects.filter(at__gt=window_start).count() == 300  # kept
