@@ -224,20 +224,14 @@ class Worker:
         return len(reclaimed)
 
     def _windows_prune(self, window_s: float) -> None:
-        """Deletes window rows that left every window, in batches of `prune_batch`: as many
-        batches as it takes to delete what this worker admitted since the last prune, and one
-        more. At a steady rate that many rows leave the window meanwhile, so the prune keeps
-        pace with the deliveries, as one batch a heartbeat did only below `prune_batch` /
-        `heartbeat_s` deliveries a second (2,000/s a worker by default), and its cost per
-        delivered row stays constant."""
-        batch = self.config.prune_batch
-        budget = self._admitted_since_prune + batch
-        self._admitted_since_prune = 0
-        while budget > 0:
-            pruned = self.rate_limits.ratelimit_prune(window_s=window_s, limit=min(batch, budget))
-            budget -= pruned
-            if pruned < batch:
-                return
+        """One statement deleting at most `prune_batch` window rows that left every window.
+        Runs at each heartbeat and, in the loop, whenever the worker has admitted another
+        `prune_batch` deliveries since: rows leave the window at the rate they were admitted a
+        window ago, so the prune keeps pace with the deliveries one bounded statement at a time
+        (one a heartbeat fell behind above `prune_batch` / `heartbeat_s` = 2,000 deliveries a
+        second a worker)."""
+        self._admitted_since_prune = max(0, self._admitted_since_prune - self.config.prune_batch)
+        self.rate_limits.ratelimit_prune(window_s=window_s, limit=self.config.prune_batch)
 
     def statistics_refresh(self, *, queue_rows: int = 0) -> list[str]:
         """Keeps the planner's picture of the hot tables within STATISTICS_STALE_ROWS changes
@@ -350,7 +344,8 @@ class Worker:
         """What is due at `now` (time.monotonic()): first of all the circuits' rows (until
         written: a worker whose connection drops as it starts retries, as any turn of the
         loop does, rather than exiting); the heartbeat and the reclaim of expired claims
-        every heartbeat_s; the hot tables' statistics every STATISTICS_CHECK_S, so a busy
+        every heartbeat_s; a prune of the rate windows per `prune_batch` deliveries admitted;
+        the hot tables' statistics every STATISTICS_CHECK_S, so a busy
         worker refreshes them within a second of a burst, and at once when a burst begins
         (see run_once)."""
         if not self._circuits_registered:
@@ -361,6 +356,9 @@ class Worker:
             if self.reclaim_expired():
                 self._dry = False
             self._next_maintenance = now + self.config.heartbeat_s
+        rate_limit = self.config.rate_limit
+        if rate_limit and self._admitted_since_prune >= self.config.prune_batch:
+            self._windows_prune(rate_limit.window_s)
         if now >= self._next_statistics_check:
             self.statistics_refresh(queue_rows=self._burst_rows)
             self._burst_rows = 0
