@@ -146,8 +146,9 @@ class Notification(models.Model):
             # An operator's listing across every client, newest first.
             models.Index(fields=["-created_at", "-id"], name="notification_recent"),
             # Rows by recipient: the list's `recipient=` filter (a client's page comes off
-            # the index in order), the admin's search, a deferral's look-up of the recipient's
-            # rows. A btree keyed by the recipient's digest, never by the recipient: a btree
+            # the index in order) and the admin's search (a deferral finds a recipient's
+            # waiting rows through the queue's queue_pending_recipient). A btree keyed by the
+            # recipient's digest, never by the recipient: a btree
             # entry must fit in ~2.7 kB, and a hash index on `recipient` walks every page of
             # a recipient's bucket on each insert, so a create for a recipient with 300,000
             # rows cost 67 µs more than for a new one (docs/performance.md, "Eighth round").
@@ -187,12 +188,12 @@ class NotificationQueue(models.Model):
 
     Written only by the triggers on `notification` (migrations notifications 0009 and 0014), in
     the same statement that changes the record, under that record's row lock; never written
-    directly. A row is the record's copy of status, priority, channel, due time, creation time,
-    claim expiry and recipient digest; a record that becomes SENT leaves this table, so it
-    holds the backlog, the claims in flight and the rows an operator may act on (FAILED,
-    DEAD_LETTERED), and its size does not grow with delivered history. Statements that lock a
-    notification lock the record (`FOR UPDATE OF n`), never this row, so lock order is always
-    record first.
+    directly. A row is the record's copy of status, priority, channel, due time, creation time
+    and claim expiry, with a PENDING row's recipient digest; a record that becomes SENT leaves
+    this table, so it holds the backlog, the claims in flight and the rows an operator may act
+    on (FAILED, DEAD_LETTERED), and its size does not grow with delivered history. Statements
+    that lock a notification lock the record (`FOR UPDATE OF n`), never this row, so lock order
+    is always record first.
     """
 
     notification = models.OneToOneField(
