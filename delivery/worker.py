@@ -230,8 +230,9 @@ class Worker:
         window ago, so the prune keeps pace with the deliveries one bounded statement at a time
         (one a heartbeat fell behind above `prune_batch` / `heartbeat_s` = 2,000 deliveries a
         second a worker)."""
-        self._admitted_since_prune = max(0, self._admitted_since_prune - self.config.prune_batch)
         self.rate_limits.ratelimit_prune(window_s=window_s, limit=self.config.prune_batch)
+        # Counted off once done: a prune the database refused is run again at the next turn.
+        self._admitted_since_prune = max(0, self._admitted_since_prune - self.config.prune_batch)
 
     def statistics_refresh(self, *, queue_rows: int = 0) -> list[str]:
         """Keeps the planner's picture of the hot tables within STATISTICS_STALE_ROWS changes

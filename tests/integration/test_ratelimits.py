@@ -632,3 +632,43 @@ def test_the_workers_prune_keeps_pace_with_what_it_admitted(clock, workers):
     window_start = clock.now - timedelta(seconds=WINDOW_S)
     assert RecipientDelivery.objects.filter(at__lte=window_start).count() <= 1000 - 300
     assert RecipientDelivery.objects.filter(at__gt=window_start).count() == 300  # kept
+
+
+def test_a_deferral_schedules_the_waiting_rows_behind_another_workers_claim(clock):
+    """Limit 1, its slot taken: A is claimed and deferred while B, created after it, is held
+    by another worker's claim not yet admitted, and C waits. B counts in the schedule (its
+    admission will be deferred to the next slot), so C is due a slot after B's, not in it,
+    where it would only be claimed and deferred again."""
+    client = ClientFactory()
+    recipient = "ada@example.com"
+    window_fill(recipient, NotificationFactory(client=client, status=Status.SENT), clock.now)
+    a, b, c = (NotificationFactory(client=client, recipient=recipient) for _ in range(3))
+    for offset, row in enumerate((a, b, c)):
+        Notification.objects.filter(id=row.id).update(
+            created_at=clock.now - timedelta(seconds=30 - offset)
+        )
+    tokens = {a.id: uuid.uuid4(), b.id: uuid.uuid4()}
+    for row_id, token in tokens.items():
+        Notification.objects.filter(id=row_id).update(
+            status=Status.PROCESSING,
+            claim_token=token,
+            claimed_by="worker-1" if row_id == a.id else "worker-2",
+            claim_expires_at=clock.now + timedelta(minutes=5),
+            attempt_count=1,
+        )
+
+    deferred = RateLimitRepository().recipient_admit(
+        channel="email",
+        client_id=client.id,
+        recipient=recipient,
+        notification_id=a.id,
+        claim_token=tokens[a.id],
+        critical=False,
+        limit=1,
+        window_s=WINDOW_S,
+    )
+
+    window = timedelta(seconds=WINDOW_S)
+    assert deferred.due_at == clock.now + window  # A: the first free slot
+    c.refresh_from_db()
+    assert c.due_at == clock.now + 3 * window  # B takes the second; C the third
