@@ -50,32 +50,52 @@ class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
 class ShortcutMetrics:
     """The series django-prometheus' two middleware record for a request, recorded for an
     answer given before Django's handler (notifyqueue/shortcuts.py): the same metrics and
-    labels, each labelled child kept as `PrometheusAfterMiddleware` keeps them."""
+    labels. The labelled children of one kind of answer (view, transport, status, charset)
+    are looked up once and kept together (at most CHILDREN_KEPT kinds), and the request's
+    headers are read from its WSGI environ: Django's `request.headers` builds a mapping of
+    every header on first use, and the middleware's series cost a sixth of a create's CPU in
+    one process that way (docs/performance.md, "Ninth round")."""
 
     def __init__(self) -> None:
         self.metrics = middleware.Metrics.get_instance()
-        self._child = LabelledChildren().get
+        self._kinds: dict[tuple[str, str, int, str], tuple[tuple[Any, ...], Any]] = {}
+
+    def _series(self, view: str, transport: str, status: str, charset: str) -> tuple:
+        """The counters a request of this kind increments, and its latency histogram."""
+        m = self.metrics
+        counters = (
+            m.requests_total,
+            m.requests_by_method.labels(method="POST"),
+            m.requests_by_transport.labels(transport=transport),
+            m.requests_by_view_transport_method.labels(
+                view=view, transport=transport, method="POST"
+            ),
+            m.responses_by_status.labels(status=status),
+            m.responses_by_status_view_method.labels(status=status, view=view, method="POST"),
+            m.responses_by_charset.labels(charset=charset),
+            # A DRF answer is a template response with no template: the long way counts it.
+            m.responses_by_templatename.labels(templatename="None"),
+            m.responses_total,
+        )
+        return counters, m.requests_latency_by_view_method.labels(view=view, method="POST")
 
     def __call__(self, request: Any, response: Any, view: str, started: float) -> None:
         m = self.metrics
+        meta = request.META
         transport = "https" if request.is_secure() else "http"
-        status = str(response.status_code)
-        m.requests_total.inc()
-        self._child(m.requests_by_method, method="POST").inc()
-        self._child(m.requests_by_transport, transport=transport).inc()
-        if request.headers.get("x-requested-with") == "XMLHttpRequest":
+        kind = (view, transport, response.status_code, response.charset)
+        series = self._kinds.get(kind)
+        if series is None:
+            series = self._series(view, transport, str(response.status_code), str(kind[3]))
+            if len(self._kinds) < CHILDREN_KEPT:
+                self._kinds[kind] = series
+        counters, latency = series
+        for counter in counters:
+            counter.inc()
+        if meta.get("HTTP_X_REQUESTED_WITH") == "XMLHttpRequest":
             m.requests_ajax.inc()
-        m.requests_body_bytes.observe(int(request.headers.get("content-length") or 0))
-        self._child(
-            m.requests_by_view_transport_method, view=view, transport=transport, method="POST"
-        ).inc()
-        self._child(m.responses_by_status, status=status).inc()
-        self._child(
-            m.responses_by_status_view_method, status=status, view=view, method="POST"
-        ).inc()
-        self._child(m.responses_by_charset, charset=str(response.charset)).inc()
+        m.requests_body_bytes.observe(int(meta.get("CONTENT_LENGTH") or 0))
         m.responses_body_bytes.observe(len(response.content))
         elapsed = time.perf_counter() - started
-        self._child(m.requests_latency_by_view_method, view=view, method="POST").observe(elapsed)
-        m.responses_total.inc()
+        latency.observe(elapsed)
         m.requests_latency_before.observe(elapsed)

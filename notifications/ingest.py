@@ -246,7 +246,14 @@ def notification_representation(
 
 
 def _json_response(data: Any, *, status: int, allow: str) -> HttpResponse:
-    response = HttpResponse(_RENDERER.render(data), status=status, content_type="application/json")
+    # The charset the long way's answer reports (none in its Content-Type: the default), given
+    # so that reading it (the request metrics do) parses no header.
+    response = HttpResponse(
+        _RENDERER.render(data),
+        status=status,
+        content_type="application/json",
+        charset=settings.DEFAULT_CHARSET,
+    )
     response["Allow"] = allow
     return response
 
@@ -260,6 +267,23 @@ def _error_response(error: Exception, *, allow: str) -> HttpResponse:
         if name.lower() != "content-type":
             response[name] = value
     return response
+
+
+def _times_formatter() -> Callable[[datetime | None], str | None]:
+    """`_when` for the times of one answer, each distinct one formatted once: a new row's
+    creation and update times are one value, mostly its send and due times too, and the rows
+    of a batch share theirs."""
+    formatted: dict[datetime, str | None] = {}
+
+    def when(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        text = formatted.get(value)
+        if text is None:
+            text = formatted[value] = _when(value)
+        return text
+
+    return when
 
 
 # ---------------------------------------------------------------- the request
@@ -375,7 +399,7 @@ def _create_checked(
 
 def _created(result: services.CreateResult, allow: str) -> HttpResponse:
     return _json_response(
-        notification_representation(result.notification),
+        notification_representation(result.notification, _times_formatter()),
         status=201 if result.created else 200,
         allow=allow,
     )
@@ -432,16 +456,7 @@ def batch_results(outcomes: list[services.BatchOutcome]) -> list[dict[str, Any]]
     """`BatchOutput`'s results: each item's status, and its notification or its error. The
     rows of one batch share their creation time (and mostly their send time): each distinct
     time is formatted once."""
-    formatted: dict[datetime, str | None] = {}
-
-    def when(value: datetime | None) -> str | None:
-        if value is None:
-            return None
-        text = formatted.get(value)
-        if text is None:
-            text = formatted[value] = _when(value)
-        return text
-
+    when = _times_formatter()
     results = []
     for outcome in outcomes:
         if outcome.error is None:

@@ -24,6 +24,8 @@ the thin create path").
 from __future__ import annotations
 
 import json
+import operator
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -228,14 +230,13 @@ def _create(params: dict[str, Any]) -> list[Inserted]:
 
 _JSON_POSITIONS = tuple(RECORD_FIELDS.index(column) for column in JSON_COLUMNS)
 _PRIORITY_POSITION = RECORD_FIELDS.index("priority")
-_ID_POSITION = RECORD_FIELDS.index("id")
-_METADATA_POSITION = RECORD_FIELDS.index("metadata")
-_PAYLOAD_POSITION = RECORD_FIELDS.index("payload")
-_FALLBACKS_POSITION = RECORD_FIELDS.index("fallback_channels")
-_SEND_AT_POSITION = RECORD_FIELDS.index("send_at")
-_DUE_AT_POSITION = RECORD_FIELDS.index("due_at")
-_CREATED_AT_POSITION = RECORD_FIELDS.index("created_at")
-_UPDATED_AT_POSITION = RECORD_FIELDS.index("updated_at")
+# What the database chose or rewrote for a row it inserted, in this order: a single create
+# answers these columns; a batch's rows carry them among the record's columns (`_chosen`).
+_CHOSEN_COLUMNS = (
+    "id", "metadata", "payload", "fallback_channels", "send_at", "due_at", "created_at",
+    "updated_at",
+)  # fmt: skip
+_chosen = operator.itemgetter(*(1 + RECORD_FIELDS.index(column) for column in _CHOSEN_COLUMNS))
 # In a row of `created` and the record's columns.
 _KEY_POSITION = 1 + RECORD_FIELDS.index("idempotency_key")
 
@@ -253,28 +254,35 @@ def _record_from_tuple(row: Sequence[Any]) -> NotificationRecord:
     return NotificationRecord(*values)
 
 
-def _insert_checked(params: dict[str, Any]) -> NotificationRecord | None:
-    """`notification_create_checked`: the new row, or None when nothing was inserted.
+# This thread's cursor for the checked create, on its server connection: a new cursor sets up
+# its row loaders again for every create (~10 µs of the API's CPU). One a thread (as Django's
+# connections are), made again when Django has connected again.
+_checked = threading.local()
+
+
+def _insert_checked(params: dict[str, Any], new: NewNotification) -> NotificationRecord | None:
+    """`notification_create_checked`: the new row (`_record_created`), or None when nothing
+    was inserted.
 
     Not through the SQL gateway: a psycopg cursor costs 66 µs a statement against 110 µs
     through Django's cursor wrapper (docs/performance.md, "Second round: the thin create path").
 
     Sent on a psycopg cursor of Django's connection (same connection, same transaction, same
-    type adapters) rather than through Django's cursor wrapper, django-prometheus' statement
-    counters and the per-request health check (`SELECT 1`), and read by position (the
-    statement returns NotificationRecord's columns in order): a third of a create's CPU in
+    type adapters; the thread's, kept) rather than through Django's cursor wrapper,
+    django-prometheus' statement counters and the per-request health check (`SELECT 1`), and
+    read by position (the statement returns `_CHOSEN_COLUMNS`): a third of a create's CPU in
     Python went there (docs/performance.md, Ingest). Parameters are bound by the server,
     never in a named prepared statement (PgBouncer's transaction mode)."""
     connection.ensure_connection()
+    cursor = getattr(_checked, "cursor", None)
+    if cursor is None or cursor.connection is not connection.connection:
+        cursor = _checked.cursor = psycopg.Cursor(connection.connection)
     try:
-        with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(
-                QUERIES["notification_create_checked"], params, prepare=False, binary=True
-            )
-            row = cursor.fetchone()
+        cursor.execute(QUERIES["notification_create_checked"], params, prepare=False, binary=True)
+        row = cursor.fetchone()
     except psycopg.IntegrityError as exc:
         raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
-    return None if row is None else _record_from_tuple(row)
+    return None if row is None else _record_created(new.client_id, new, row)
 
 
 def _fetch_created_in_order(
@@ -294,7 +302,7 @@ def _fetch_created_in_order(
             cursor.execute(sql, params, prepare=False, binary=True)
             return [
                 Inserted(
-                    record=_record_created(client_id, new[row[_KEY_POSITION]], row[1:]),
+                    record=_record_created(client_id, new[row[_KEY_POSITION]], _chosen(row)),
                     created=True,
                 )
                 if row[0]
@@ -307,13 +315,14 @@ def _fetch_created_in_order(
 
 
 def _record_created(
-    client_id: uuid.UUID, new: NewNotification, row: Sequence[Any]
+    client_id: uuid.UUID, new: NewNotification, chosen: Sequence[Any]
 ) -> NotificationRecord:
     """The record of a row just inserted for `client_id` from `new`: its id, times and JSON
-    values from `row` (the record's columns in order; an empty metadata object or fallback list
-    NULL, as are the columns `new` gives), everything else as the insert wrote it."""
+    values from `chosen` (`_CHOSEN_COLUMNS`' values; an empty metadata object or fallback list
+    NULL), everything else as the insert wrote it."""
+    row_id, metadata, payload, fallback_channels, send_at, due_at, created_at, updated_at = chosen
     return NotificationRecord(
-        id=row[_ID_POSITION],
+        id=row_id,
         client_id=client_id,
         idempotency_key=new.idempotency_key,
         request_fingerprint=new.request_fingerprint,
@@ -323,20 +332,20 @@ def _record_created(
         subject=new.subject,
         body=new.body,
         priority=new.priority,
-        metadata=row[_METADATA_POSITION] or {},
+        metadata=metadata or {},
         user_id=new.user_id,
         template=new.template,
-        payload=row[_PAYLOAD_POSITION],
-        fallback_channels=row[_FALLBACKS_POSITION] or [],
-        send_at=row[_SEND_AT_POSITION],
-        due_at=row[_DUE_AT_POSITION],
+        payload=payload,
+        fallback_channels=fallback_channels or [],
+        send_at=send_at,
+        due_at=due_at,
         attempt_count=0,
         max_attempts=new.max_attempts,
         last_error=None,
         sent_at=None,
         operator_retries=0,
-        created_at=row[_CREATED_AT_POSITION],
-        updated_at=row[_UPDATED_AT_POSITION],
+        created_at=created_at,
+        updated_at=updated_at,
     )
 
 
@@ -379,7 +388,7 @@ class NotificationRepository:
         )
         if key_check is not None:
             params.update(key_prefix=key_check.prefix, hashed_key=key_check.hashed_key)
-            record = _insert_checked(params)
+            record = _insert_checked(params, new)
             if record is None:
                 raise KeyCheckFailed()
             return record

@@ -19,9 +19,10 @@ import pytest
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
 from django_prometheus.middleware import Metrics
+from prometheus_client import REGISTRY
 from werkzeug.test import Client
 
-from notifications import services
+from notifications import repositories, services
 from notifications.views import api_shortcuts
 from notifyqueue.shortcuts import ShortcutApplication
 from tests.integration.test_api_thin_path import BATCH_URL, URL, VALID
@@ -53,16 +54,18 @@ def long_way() -> Counted:
 
 @pytest.fixture
 def http(long_way):
-    """POSTs JSON through a shortcut application made at the first request."""
+    """POSTs JSON (or GETs) through a shortcut application made at the first request."""
     clients = []
 
-    def post(url, body, *, key="", api_key="", headers=None, raw=None):
+    def post(url, body, *, key="", api_key="", headers=None, raw=None, method="POST"):
         if not clients:
             clients.append(Client(ShortcutApplication(long_way, api_shortcuts())))
         sent = {"Content-Type": "application/json", "Authorization": f"Api-Key {api_key}"}
         if key:
             sent["Idempotency-Key"] = key
         sent.update(headers or {})
+        if method == "GET":
+            return clients[0].get(url, headers=sent)
         data = raw if raw is not None else json.dumps(body).encode()
         return clients[0].post(url, data=data, headers=sent)
 
@@ -85,6 +88,60 @@ def test_a_create_goes_the_shortcut_and_answers_as_the_long_way(http, long_way, 
     assert long_way.calls == 0
     same_answer(replay, http(URL, VALID, key="k-1", api_key=key, headers=LONG_WAY))
     assert long_way.calls == 1
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"metadata": {"z": 1, "a": [1.5, None, True], "big": 2**70, "e": 1e-7, "huge": 1e300}},
+        {"send_at": "2030-01-02T03:04:05.123456+02:00", "priority": "low"},
+        {"send_at": "2001-01-01T00:00:00Z"},
+        {"delay_seconds": 3600, "metadata": {}},
+    ],
+    ids=["plain", "rich metadata", "later", "past", "delayed"],
+)
+def test_a_checked_creates_answer_is_the_row_as_stored(http, make_client, monkeypatch, fields):
+    # The checked create (a key the process knows) answers from what was sent and the columns
+    # the database chose or rewrote: it must read as the stored row does, and as its replay.
+    _, key = make_client()
+    assert http(URL, VALID, key="k-0", api_key=key).status_code == 201  # the key remembered
+    checked = []
+    monkeypatch.setattr(
+        repositories,
+        "_insert_checked",
+        lambda *args, real=repositories._insert_checked: checked.append(1) or real(*args),
+    )
+    body = {key: value for key, value in VALID.items() if key != "send_at"} | fields
+    created = http(URL, body, key="k-1", api_key=key)
+    assert (created.status_code, checked) == (201, [1])
+    stored = http(f"{URL}/{created.json['id']}", None, api_key=key, method="GET")
+    assert created.json == stored.json
+    replay = http(URL, body, key="k-1", api_key=key)
+    assert (replay.status_code, replay.json) == (200, stored.json)
+
+
+def test_a_checked_create_after_a_reconnection_uses_the_new_connection(
+    http, make_client, monkeypatch
+):
+    _, key = make_client()
+    assert http(URL, VALID, key="k-0", api_key=key).status_code == 201  # the key remembered
+    outcomes = []
+
+    def checked(*args, real=repositories._insert_checked):
+        try:
+            record = real(*args)
+        except Exception as exc:
+            outcomes.append(type(exc).__name__)
+            raise
+        outcomes.append(type(record).__name__)
+        return record
+
+    monkeypatch.setattr(repositories, "_insert_checked", checked)
+    assert http(URL, VALID, key="k-1", api_key=key).status_code == 201
+    connection.close()
+    assert http(URL, VALID, key="k-2", api_key=key).status_code == 201
+    assert outcomes == ["NotificationRecord", "NotificationRecord"]
 
 
 def test_a_batch_goes_the_shortcut_and_answers_as_the_long_way(http, long_way, make_client):
@@ -190,6 +247,41 @@ def test_the_request_metrics_are_recorded_as_django_prometheus_records_them(http
     assert http(URL, VALID, key="k-1", api_key=key).status_code == 201
     after = (by_view._value.get(), metrics.requests_total._value.get(), observed())
     assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 1]
+
+
+def _request_series() -> dict[tuple, float]:
+    """django-prometheus' request counters and histogram counts, by name and labels."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for metric in REGISTRY.collect()
+        if metric.name.startswith("django_http_")
+        for sample in metric.samples
+        if sample.name.endswith(("_total", "_count"))
+    }
+
+
+def test_a_shortcut_answer_counts_in_every_series_the_long_way_counts_in(http, make_client):
+    _, key = make_client()
+
+    def counted(**headers) -> dict[tuple, float]:
+        before = _request_series()
+        assert (
+            http(URL, VALID, key=f"k-{len(headers)}", api_key=key, headers=headers).status_code
+            == 201
+        )
+        after = _request_series()
+        return {
+            name: after[name] - before.get(name, 0)
+            for name in after
+            if after[name] != before.get(name, 0)
+        }
+
+    by_the_long_way = counted(**LONG_WAY)
+    by_the_shortcut = counted()
+    assert by_the_shortcut == by_the_long_way
+    assert (
+        ("django_http_responses_total_by_charset_total", (("charset", "utf-8"),))
+    ) in by_the_shortcut
 
 
 def test_an_obsolete_connection_is_closed_as_the_request_ends(http, make_client):
