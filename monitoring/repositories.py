@@ -48,6 +48,15 @@ class CircuitReading:
 
 
 @dataclass(frozen=True)
+class Liveness:
+    """What decides whether the service is healthy: whether work is overdue with no worker."""
+
+    oldest_overdue_s: float = 0.0
+    workers_live: int = 0
+    worker_last_seen_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class QueueSnapshot:
     # (status, priority name) -> rows, for PENDING, PROCESSING, FAILED and DEAD_LETTERED.
     depth: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -118,25 +127,38 @@ class HealthRepository:
             HealthRepository._migrations_applied = True
         return pending
 
-    def queue_snapshot(self, *, now: datetime, workers_seen_since: datetime) -> QueueSnapshot:
+    def liveness(self, *, now: datetime, workers_seen_since: datetime) -> Liveness:
+        """Two bounded reads: the longest-due PENDING row (a probe per priority) and the live
+        workers (a small table). Not the queue's counts: an anonymous /status is answered
+        from this alone."""
         using = self.connection
         with self._reachable():
-            depth = SQL.rows("queue_depth", row=_DepthCount, using=using)
-            estimates = SQL.rows("final_status_estimates", row=_StatusCount, using=using)
             oldest_due = SQL.scalar("pending_oldest_due", using=using, now=now)
-            backlog = SQL.rows("webhook_backlog", row=_StateCount, using=using)
-            webhook_due = SQL.scalar("webhook_oldest_due", using=using, now=now)
             workers = SQL.row(
                 "workers_live", row=_WorkersLive, using=using, since=workers_seen_since
             )
+        return Liveness(
+            oldest_overdue_s=_seconds_since(oldest_due, now),
+            workers_live=workers.live,
+            worker_last_seen_at=workers.last_seen_at,
+        )
+
+    def queue_snapshot(self, *, now: datetime, workers_seen_since: datetime) -> QueueSnapshot:
+        using = self.connection
+        live = self.liveness(now=now, workers_seen_since=workers_seen_since)
+        with self._reachable():
+            depth = SQL.rows("queue_depth", row=_DepthCount, using=using)
+            estimates = SQL.rows("final_status_estimates", row=_StatusCount, using=using)
+            backlog = SQL.rows("webhook_backlog", row=_StateCount, using=using)
+            webhook_due = SQL.scalar("webhook_oldest_due", using=using, now=now)
         return QueueSnapshot(
             depth={(d.status, Priority(d.priority).name): d.count for d in depth},
             final_estimates={e.status: e.count for e in estimates},
-            oldest_overdue_s=_seconds_since(oldest_due, now),
+            oldest_overdue_s=live.oldest_overdue_s,
             webhook_backlog={b.state: b.count for b in backlog},
             webhook_oldest_overdue_s=_seconds_since(webhook_due, now),
-            workers_live=workers.live,
-            worker_last_seen_at=workers.last_seen_at,
+            workers_live=live.workers_live,
+            worker_last_seen_at=live.worker_last_seen_at,
         )
 
     def table_row_estimate(self, table: str) -> int | None:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from monitoring.repositories import CircuitReading, DatabaseUnavailable, QueueSnapshot
+from monitoring.repositories import CircuitReading, DatabaseUnavailable, Liveness, QueueSnapshot
 
 # A worker heartbeats every NOTIFYQUEUE_HEARTBEAT_SECONDS; missing this many in a row means it
 # is gone (crashed, hung, or its host is down).
@@ -27,6 +27,8 @@ class HealthSource(Protocol):
     def ping(self) -> None: ...
 
     def migrations_pending(self) -> list[str]: ...
+
+    def liveness(self, *, now: datetime, workers_seen_since: datetime) -> Liveness: ...
 
     def queue_snapshot(self, *, now: datetime, workers_seen_since: datetime) -> QueueSnapshot: ...
 
@@ -57,9 +59,11 @@ def status_thresholds_from_settings() -> StatusThresholds:
 
 
 def status_report(
-    *, source: HealthSource, now: datetime, thresholds: StatusThresholds
+    *, source: HealthSource, now: datetime, thresholds: StatusThresholds, details: bool = True
 ) -> StatusReport:
-    """Checks the database, the migrations, the workers and the queue, in that order."""
+    """Checks the database, the migrations, the workers and the queue, in that order. Without
+    `details` (an anonymous /status, which answers only healthy or not) the queue is not
+    counted: the answer is decided from the bounded reads of `liveness` alone."""
     reasons: list[str] = []
     body: dict[str, Any] = {"checked_at": _iso(now)}
     try:
@@ -75,6 +79,11 @@ def status_report(
         if pending:
             reasons.append(f"{len(pending)} migration(s) not applied: {', '.join(pending)}")
         since = now - timedelta(seconds=thresholds.worker_live_window_s)
+        if not details:
+            reasons += _liveness_reasons(
+                source.liveness(now=now, workers_seen_since=since), thresholds
+            )
+            return _report(reasons, body)
         snapshot = source.queue_snapshot(now=now, workers_seen_since=since)
         circuits = source.circuits()
     except DatabaseUnavailable as exc:
@@ -111,12 +120,16 @@ def status_report(
             if c.state != "CLOSED"
         ],
     }
-    if snapshot.workers_live == 0 and snapshot.oldest_overdue_s > thresholds.max_overdue_s:
-        reasons.append(
+    return _report(reasons + _liveness_reasons(snapshot, thresholds), body)
+
+
+def _liveness_reasons(live: Liveness | QueueSnapshot, thresholds: StatusThresholds) -> list[str]:
+    if live.workers_live == 0 and live.oldest_overdue_s > thresholds.max_overdue_s:
+        return [
             f"no live worker (none seen in the last {thresholds.worker_live_window_s:g}s) "
-            f"while PENDING work is overdue by {snapshot.oldest_overdue_s:.0f}s"
-        )
-    return _report(reasons, body)
+            f"while PENDING work is overdue by {live.oldest_overdue_s:.0f}s"
+        ]
+    return []
 
 
 def _report(reasons: list[str], body: dict[str, Any]) -> StatusReport:

@@ -33,10 +33,14 @@ QUEUE_REGISTRY = queue_registry_build()
 @never_cache
 @require_GET
 def status_view(request: HttpRequest) -> JsonResponse:
+    details = _status_details_allowed(request)
     report = status_report(
-        source=HealthRepository(), now=timezone.now(), thresholds=status_thresholds_from_settings()
+        source=HealthRepository(),
+        now=timezone.now(),
+        thresholds=status_thresholds_from_settings(),
+        details=details,
     )
-    body = report.body if _status_details_allowed(request) else {"status": report.body["status"]}
+    body = report.body if details else {"status": report.body["status"]}
     return JsonResponse(body, status=200 if report.healthy else 503)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -53,6 +54,20 @@ def test_anonymous_status_says_healthy_or_not_and_nothing_else(make_client):
     assert plain.json() == {"status": "degraded"}
     wrong = APIClient().get("/status", HTTP_AUTHORIZATION="Api-Key nope.nope")
     assert wrong.json() == {"status": "degraded"}
+
+
+def test_an_anonymous_status_does_not_count_the_queue(make_client):
+    # Anyone may ask, as often as they like: the answer must not cost a count of the backlog.
+    notifications_insert_bulk(client_id=make_client()[0].id, count=50, status=Status.PENDING)
+    heartbeat("worker-1")
+    with CaptureQueriesContext(connection) as anonymous:
+        assert APIClient().get("/status").status_code == 200
+    with CaptureQueriesContext(connection) as operator:
+        assert status()[0] == 200
+    counting = "GROUP BY status, priority"
+    assert counting in SQL["queue_depth"]
+    assert not [q for q in anonymous.captured_queries if counting in q["sql"]]
+    assert [q for q in operator.captured_queries if counting in q["sql"]]
 
 
 def test_the_metrics_token_shows_the_details(settings):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from monitoring.repositories import CircuitReading, DatabaseUnavailable, QueueSnapshot
+from monitoring.repositories import CircuitReading, DatabaseUnavailable, Liveness, QueueSnapshot
 from monitoring.services import StatusThresholds, status_report
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -20,6 +20,7 @@ class FakeHealth:
     fails_after_ping: bool = False
     circuit_readings: list = field(default_factory=list)
     asked_since: datetime | None = None
+    snapshots_taken: int = 0
 
     def ping(self) -> None:
         if self.down:
@@ -30,8 +31,14 @@ class FakeHealth:
             raise DatabaseUnavailable("server closed the connection unexpectedly")
         return self.pending_migrations
 
+    def liveness(self, *, now, workers_seen_since) -> Liveness:
+        self.asked_since = workers_seen_since
+        s = self.snapshot
+        return Liveness(s.oldest_overdue_s, s.workers_live, s.worker_last_seen_at)
+
     def queue_snapshot(self, *, now, workers_seen_since) -> QueueSnapshot:
         self.asked_since = workers_seen_since
+        self.snapshots_taken += 1
         return self.snapshot
 
     def circuits(self):
@@ -133,3 +140,16 @@ def test_the_body_reports_depth_dead_letters_webhooks_and_open_circuits():
             }
         ],
     }
+
+
+def test_without_details_the_queue_is_not_counted_and_the_answer_is_the_same():
+    for snapshot in (
+        QueueSnapshot(),
+        QueueSnapshot(oldest_overdue_s=30, workers_live=0),
+        QueueSnapshot(oldest_overdue_s=30, workers_live=1),
+    ):
+        source = FakeHealth(snapshot)
+        brief = status_report(source=source, now=NOW, thresholds=THRESHOLDS, details=False)
+        assert source.snapshots_taken == 0
+        full = report(FakeHealth(snapshot))
+        assert (brief.healthy, brief.body["reasons"]) == (full.healthy, full.body["reasons"])
