@@ -38,14 +38,18 @@ log = logging.getLogger("notifyqueue.monitoring")
 # cost grows with the backlog. One that took COUNT_FREE_S or longer is answered again, unread,
 # until COUNT_REUSE_FACTOR times as long has passed: counting then takes at most about 1 % of
 # a process's time however often /status and /metrics are asked (a count of 1,000,000 PENDING
-# rows, ~110 ms, is reused for ~11 s). A cheaper count is read afresh every time.
+# rows, ~110 ms, is reused for ~11 s). A cheaper count is read afresh every time. Never reused
+# longer than COUNT_REUSE_MAX_S: a count slowed by a passing stall (a lock, a checkpoint) must
+# not leave the gauges stale for a hundred times the stall.
 COUNT_FREE_S = 0.01
 COUNT_REUSE_FACTOR = 100
+COUNT_REUSE_MAX_S = 60.0
 
 
 class PacedCounts:
-    """Counts by name, each reused for COUNT_REUSE_FACTOR times what it took to read when that
-    was COUNT_FREE_S or more. Thread-safe; one per process (`COUNTS`), or one per test."""
+    """Counts by name, each reused for COUNT_REUSE_FACTOR times what it took to read (at most
+    COUNT_REUSE_MAX_S) when that was COUNT_FREE_S or more. Thread-safe; one per process
+    (`COUNTS`), or one per test."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -63,7 +67,8 @@ class PacedCounts:
         took = self._clock() - started
         with self._lock:
             if took >= COUNT_FREE_S:
-                self._kept[key] = (value, started + took * COUNT_REUSE_FACTOR)
+                reuse_s = min(took * COUNT_REUSE_FACTOR, COUNT_REUSE_MAX_S)
+                self._kept[key] = (value, started + reuse_s)
             else:
                 self._kept.pop(key, None)
         return value

@@ -305,3 +305,21 @@ def test_a_count_that_took_no_time_is_read_afresh_every_time():
         notifications_insert_bulk(client_id=client.id, count=1, start=timezone.now())
         snapshot = repository.queue_snapshot(now=timezone.now(), workers_seen_since=timezone.now())
         assert snapshot.depth_of("DEAD_LETTERED") == count
+
+
+def test_a_count_slowed_by_a_stall_is_not_reused_for_more_than_a_minute():
+    client = ClientFactory()
+    clock = SlowClock(step=1.0)  # a count that seems to take a second: 100 s, capped at 60
+    repository = HealthRepository(counts=PacedCounts(clock=clock))
+
+    def dead_lettered():
+        now = timezone.now()
+        return repository.queue_snapshot(now=now, workers_seen_since=now).depth_of("DEAD_LETTERED")
+
+    notifications_insert_bulk(client_id=client.id, count=1)
+    assert dead_lettered() == 1
+    notifications_insert_bulk(client_id=client.id, count=1, start=timezone.now())
+    clock.now += 50.0
+    assert dead_lettered() == 1
+    clock.now += 10.0
+    assert dead_lettered() == 2
