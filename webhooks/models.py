@@ -12,6 +12,8 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from notifications.models import Status
+
 
 class DeliveryState(models.TextChoices):
     PENDING = "PENDING"
@@ -20,9 +22,17 @@ class DeliveryState(models.TextChoices):
     FAILED = "FAILED"
 
 
+# The statuses an event reports: the final statuses the outbox trigger writes one for
+# (migration delivery 0007).
+REPORTED_STATUSES = (Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.SUPPRESSED)
+
+
 class WebhookEvent(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    client = models.ForeignKey("clients.Client", on_delete=models.CASCADE, related_name="+")
+    # No index of its own: a lookup by client is served by webhook_event_client_recent.
+    client = models.ForeignKey(
+        "clients.Client", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     # No database constraint: the event is written by the trigger on the notification's own
     # update (docs/technical-design.md, "Foreign keys the hot path does not check").
     notification = models.ForeignKey(
@@ -32,7 +42,9 @@ class WebhookEvent(models.Model):
         db_constraint=False,
     )
     # What is reported: the notification's status and attempt count at the change.
-    status = models.CharField(max_length=16)
+    status = models.CharField(
+        max_length=16, choices=[(s.value, s.value) for s in REPORTED_STATUSES]
+    )
     attempt_count = models.PositiveIntegerField()
     occurred_at = models.DateTimeField()
 
@@ -95,6 +107,17 @@ class WebhookEvent(models.Model):
                 fields=["client"],
                 name="webhook_event_client_busy",
                 condition=Q(state=DeliveryState.DELIVERING),
+            ),
+            # The admin's list, newest first, a page at a time however many events there are:
+            # all of them, one client's, and the given-up ones (few: a partial index).
+            models.Index(fields=["-created_at", "-id"], name="webhook_event_recent"),
+            models.Index(
+                fields=["client", "-created_at", "-id"], name="webhook_event_client_recent"
+            ),
+            models.Index(
+                fields=["-created_at", "-id"],
+                name="webhook_event_failed",
+                condition=Q(state=DeliveryState.FAILED),
             ),
         ]
 
