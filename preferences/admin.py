@@ -1,7 +1,12 @@
-"""Users' preferences in the admin, read-only: users change them through the API."""
+"""Users' preferences in the admin, read-only: users change them through the API.
+
+Built for millions of users: estimated counts, the order of the (client, user id) index, and
+the search an exact, case-sensitive user id (index user_preferences_user), as the API names it.
+"""
 
 from django.contrib import admin
 
+from monitoring.paginators import EstimatedCountPaginator
 from notifyqueue.admin import NoAddOrChange
 from preferences.models import UserPreferences
 
@@ -13,6 +18,9 @@ class UserPreferencesAdmin(NoAddOrChange, admin.ModelAdmin):
     list_select_related = ("client",)
     search_fields = ("=user_id",)
     search_help_text = "An exact user id."
+    ordering = ("client_id", "user_id")
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
     readonly_fields = (
         "client",
         "user_id",
@@ -23,3 +31,10 @@ class UserPreferencesAdmin(NoAddOrChange, admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
+
+    def get_search_results(self, request, queryset, search_term):
+        """The preferences of exactly this user id, in every client: user ids are
+        case-sensitive (Django's `=` search compares them case-insensitively, which no index
+        serves)."""
+        term = search_term.strip()
+        return (queryset.filter(user_id=term) if term else queryset), False

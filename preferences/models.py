@@ -15,7 +15,10 @@ from notifyqueue.vocabulary import USER_ID_MAX_LENGTH
 
 class UserPreferences(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    client = models.ForeignKey("clients.Client", on_delete=models.CASCADE, related_name="+")
+    # No index of its own: a lookup by client is served by user_preferences_client_user.
+    client = models.ForeignKey(
+        "clients.Client", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     user_id = models.CharField(max_length=USER_ID_MAX_LENGTH)
     channels = models.JSONField(default=list, help_text="Ordered; doubles as the fallback chain.")
     addresses = models.JSONField(default=dict, help_text="Channel to address (not in_app).")
@@ -32,6 +35,8 @@ class UserPreferences(models.Model):
                 fields=["client", "user_id"], name="user_preferences_client_user"
             )
         ]
+        # The admin's search, an exact user id whatever the client.
+        indexes = [models.Index(fields=["user_id"], name="user_preferences_user")]
 
     def __str__(self) -> str:
         return f"preferences of {self.user_id}"
