@@ -192,8 +192,11 @@ def test_the_event_list_reads_a_page_not_the_history(operator, query):
     assert len(page) == 100
     created = [event.created_at for event in page]
     assert created == sorted(created, reverse=True)
+    # (The clients joined to the page may be read whole: a small table, and its statistics
+    # move with the other tests' clients.)
     plan = page.explain()
-    assert "Seq Scan" not in plan and "Sort" not in plan, plan
+    assert "Seq Scan on webhook_event" not in plan, plan
+    assert "Sort Key: webhook_event" not in plan, plan
     statements = [q["sql"].upper() for q in queries.captured_queries]
     assert not [s for s in statements if "DISTINCT" in s and "WEBHOOK_EVENT" in s]
     unbounded = [s for s in statements if s.startswith("SELECT COUNT(*) AS") and "WEBHOOK" in s]
