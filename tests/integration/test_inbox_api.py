@@ -143,3 +143,18 @@ def test_inbox_page_reads_the_users_index_newest_first_without_a_scan_or_a_sort(
             assert "inbox_by_user" in plan or "inbox_unread" in plan, plan
             assert "Seq Scan on inbox_message" not in plan, plan
             assert "Sort" not in plan, plan
+
+
+def test_a_clients_messages_are_found_by_the_inbox_index_and_no_index_is_the_client_alone(acme):
+    # Every message writes an entry in each index: none is kept for what another's prefix serves.
+    from django.db import connection
+
+    message(acme[0], "u-1", 1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'inbox_message'")
+        definitions = [row[0] for row in cursor.fetchall()]
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN SELECT id FROM inbox_message WHERE client_id = %s", [acme[0].id])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert not [d for d in definitions if d.endswith("(client_id)")], definitions
+    assert "inbox_by_user" in plan or "inbox_unread" in plan, plan
