@@ -19,6 +19,7 @@ class UserPreferencesAdmin(NoAddOrChange, admin.ModelAdmin):
     search_fields = ("=user_id",)
     search_help_text = "An exact user id."
     ordering = ("client_id", "user_id")
+    sortable_by = ()  # a column's sort would read every user
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     readonly_fields = (
