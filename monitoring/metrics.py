@@ -22,6 +22,8 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from notifyqueue.vocabulary import Channel
+
 FINAL_STATUSES = ("SENT", "FAILED", "DEAD_LETTERED", "SUPPRESSED")
 CIRCUIT_STATE_VALUES = {"CLOSED": 0, "HALF_OPEN": 1, "OPEN": 2}
 
@@ -58,15 +60,35 @@ WEBHOOK_DELIVERIES = Counter(
 )
 
 
-# NOTIFICATIONS_CREATED's child for each channel (four: channels are validated before a create).
-_CREATED_BY_CHANNEL: dict[str, Any] = {}
+class LabelledChildren:
+    """Each labelled child of a metric, looked up once: prometheus_client checks and orders the
+    label names, builds the key and takes a lock on every `labels()` call. At most `kept` are
+    kept; past that a child is looked up each time (labels a caller invents cannot grow the
+    cache)."""
+
+    def __init__(self, *, kept: int) -> None:
+        self._kept = kept
+        self._children: dict[tuple, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._children)
+
+    def get(self, metric: Any, **labels: Any) -> Any:
+        key = (id(metric), *labels.items())
+        child = self._children.get(key)
+        if child is None:
+            child = metric.labels(**labels)
+            if len(self._children) < self._kept:
+                self._children[key] = child
+        return child
+
+
+# NOTIFICATIONS_CREATED's children, one a channel (channels are validated before a create).
+_CREATED = LabelledChildren(kept=len(Channel))
 
 
 def notification_created(*, channel: str, count: int = 1) -> None:
-    child = _CREATED_BY_CHANNEL.get(channel)
-    if child is None:
-        child = _CREATED_BY_CHANNEL[channel] = NOTIFICATIONS_CREATED.labels(channel=channel)
-    child.inc(count)
+    _CREATED.get(NOTIFICATIONS_CREATED, channel=channel).inc(count)
 
 
 def notification_retried(*, channel: str) -> None:

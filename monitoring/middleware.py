@@ -16,32 +16,15 @@ from typing import Any
 
 from django_prometheus import middleware
 
+from monitoring.metrics import LabelledChildren
+
 CHILDREN_KEPT = 10_000
-
-
-class LabelledChildren:
-    """Each labelled child of a metric, looked up once: at most CHILDREN_KEPT are kept."""
-
-    def __init__(self) -> None:
-        self._children: dict[tuple, Any] = {}
-
-    def __len__(self) -> int:
-        return len(self._children)
-
-    def get(self, metric: Any, **labels: Any) -> Any:
-        key = (id(metric), *labels.items())
-        child = self._children.get(key)
-        if child is None:
-            child = metric.labels(**labels)
-            if len(self._children) < CHILDREN_KEPT:
-                self._children[key] = child
-        return child
 
 
 class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._children = LabelledChildren()
+        self._children = LabelledChildren(kept=CHILDREN_KEPT)
 
     def label_metric(self, metric: Any, request: Any, response: Any = None, **labels: Any) -> Any:
         return self._children.get(metric, **labels) if labels else metric
