@@ -304,8 +304,39 @@ def test_unfiltered_list_uses_the_planner_estimate_not_a_count(superuser):
     assert len(response.context["cl"].result_list) == 100
 
 
+def test_pages_reach_the_first_ten_thousand_rows_and_no_deeper(superuser):
+    """A page is read with OFFSET, which reads every row before it: the estimate's last page
+    would read the whole history. The list offers and serves its first 10,000 rows; a deeper
+    page is refused as a page past the end is, and reads nothing."""
+    client = ClientFactory()
+    notifications_insert_bulk(client_id=client.id, count=12_000, status="SENT")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE notification")
+
+    with CaptureQueriesContext(connection) as queries:
+        deepest = superuser.get(LIST, {"p": 100})
+    changelist = deepest.context["cl"]
+    statements = [q["sql"] for q in queries.captured_queries]
+    offsets = [int(s.rsplit("OFFSET", 1)[1]) for s in statements if "OFFSET" in s]
+    links = [str(n) for n in changelist.paginator.get_elided_page_range(1)]
+
+    assert changelist.result_count == pytest.approx(12_000, rel=0.05)
+    assert changelist.paginator.num_pages == 100
+    assert len(changelist.result_list) == 100
+    assert offsets == [9_900]
+    assert links[-1] == "100"
+    with CaptureQueriesContext(connection) as queries:
+        deeper = superuser.get(LIST, {"p": 101})
+    assert deeper.status_code == 302
+    assert deeper["Location"].endswith("?e=1")
+    assert not [q for q in queries.captured_queries if "OFFSET" in q["sql"]]
+
+    filtered = superuser.get(LIST, {"status__exact": "SENT", "p": 101})
+    assert filtered.status_code == 302
+
+
 def test_filtered_list_counts_at_most_the_cap(superuser, monkeypatch):
-    monkeypatch.setattr(paginators, "FILTERED_COUNT_CAP", 50)
+    monkeypatch.setattr(paginators, "LIST_DEPTH", 50)
     client = ClientFactory()
     notifications_insert_bulk(client_id=client.id, count=120)
 
