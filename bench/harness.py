@@ -271,6 +271,18 @@ def table_print(figures: dict[str, Figure]) -> None:
 # ---------------------------------------------------------------- database and processes
 
 
+def machine_speed() -> float:
+    """Seconds this Python takes for 20 million additions in a loop: the host's speed at the
+    moment. The development VM shares its host, whose speed has varied threefold within a day
+    (1.03 s at full speed); printed at the start and the end of a run, so that a run's absolute
+    figures can be read against the hour's speed. Ratios to the peers need no such reading."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(20_000_000):
+        total += i
+    return time.perf_counter() - started
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -424,7 +436,7 @@ class CpuMeter:
 
 
 class Api:
-    """gunicorn serving the project, with several workers x threads."""
+    """gunicorn serving the project as production runs it, with several workers x threads."""
 
     def __init__(self, config: Config, server: Server, api_key: str, **env: str) -> None:
         self.config, self.server, self.api_key, self.env = config, server, api_key, env
@@ -437,7 +449,10 @@ class Api:
                 str(c.project_python),
                 "-m",
                 "gunicorn",
-                "notifyqueue.wsgi",
+                # As production runs it (README): the project's worker class, and every
+                # process's metrics in one folder (prometheus_client's multi-process mode).
+                "-c",
+                str(ROOT / "notifyqueue" / "gunicorn.conf.py"),
                 "-b",
                 f"127.0.0.1:{c.port}",
                 "-w",
@@ -448,7 +463,12 @@ class Api:
                 "warning",
             ],
             cwd=ROOT,
-            env=project_env(self.server, **{"LOG_LEVEL": "ERROR", **self.env}),
+            # The config makes a fresh metrics folder when none is given.
+            env={
+                k: v
+                for k, v in project_env(self.server, **{"LOG_LEVEL": "ERROR", **self.env}).items()
+                if k != "PROMETHEUS_MULTIPROC_DIR"
+            },
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -1007,6 +1027,8 @@ class Bench:
         self.api: Api | None = None
         # The fairness run's clients, made on first use: the flooder, then the quiet ones.
         self.fair_rows: list[Rows] = []
+        # machine_speed() at the start and at the end.
+        self.speeds: list[float] = []
 
     def cpu_note(self, key: str, note: str) -> None:
         self.cpu.setdefault(key, []).append(note)
@@ -1038,9 +1060,10 @@ class Bench:
                 "'max_connections', 'max_wal_size', 'checkpoint_timeout')"
             ).fetchall()
         log("PostgreSQL settings: " + ", ".join(f"{k}={v}" for k, v in settings))
+        self.speeds.append(machine_speed())
         log(
             f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
-            f"(other processes share them)"
+            f"(other processes share them); 20 million additions in {self.speeds[0]:.2f} s"
         )
 
     def run(self) -> None:
@@ -1077,6 +1100,7 @@ class Bench:
             self.history()
         self.exactly_once_check()
         log(f"measured in {time.monotonic() - started:,.0f} s")
+        self.speeds.append(machine_speed())
         self.report()
 
     def ingest_single(self, r: int, *, throttle: bool = False) -> None:
@@ -1554,6 +1578,11 @@ class Bench:
         )
         table_print(self.figures)
         print()
+        print(
+            "machine: 20 million additions in "
+            + " s at the start, ".join(f"{s:.2f}" for s in self.speeds)
+            + " s at the end (1.03 s at full speed)"
+        )
         for key, notes in self.cpu.items():
             print(f"cpu: [{key}] per create, each repeat: {'; '.join(notes)}")
         for line in self.checks:

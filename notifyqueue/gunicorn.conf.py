@@ -12,6 +12,9 @@ mode) and any one of them serves the sum (monitoring/views.py). This file
 
 The variable is set here, before any worker imports prometheus_client (its value store is
 chosen at import), and the hook imports prometheus_client only when it runs.
+
+The worker is gunicorn's threaded one, whose threads stay on a kept-alive connection for its
+next request (notifyqueue/gunicorn_worker.py); `--threads N` sets its threads (default 1).
 """
 
 import os
@@ -19,6 +22,7 @@ import shutil
 import tempfile
 
 wsgi_app = "notifyqueue.wsgi:application"
+worker_class = "notifyqueue.gunicorn_worker.LingeringThreadWorker"
 
 _metrics_dir_made_here = None
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -33,14 +33,18 @@ def gunicorn_environment(**env: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def gunicorn_serving(env: dict[str, str], *, workers: int) -> Iterator[str]:
-    """Starts gunicorn with `workers` processes, waits until `/status` answers, yields the
-    base URL; stops it with SIGTERM and checks it exited cleanly."""
+def gunicorn_serving(
+    env: dict[str, str], *, workers: int, threads: int = 1, output: list[str] | None = None
+) -> Iterator[str]:
+    """Starts gunicorn with `workers` processes of `threads` threads, waits until `/status`
+    answers, yields the base URL; stops it with SIGTERM and checks it exited cleanly. What it
+    printed is appended to `output`, when given."""
     port = free_port()
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "gunicorn", "-c", ROOT / "notifyqueue" / "gunicorn.conf.py"),
             *("--bind", f"127.0.0.1:{port}", "--workers", str(workers)),
+            *("--threads", str(threads)),
         ],
         cwd=ROOT,
         env=env,
@@ -64,5 +68,7 @@ def gunicorn_serving(env: dict[str, str], *, workers: int) -> Iterator[str]:
         yield base
     finally:
         process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=30)
-    assert process.returncode == 0, output
+        printed, _ = process.communicate(timeout=30)
+    if output is not None:
+        output.append(printed)
+    assert process.returncode == 0, printed
