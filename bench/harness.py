@@ -271,16 +271,45 @@ def table_print(figures: dict[str, Figure]) -> None:
 # ---------------------------------------------------------------- database and processes
 
 
-def machine_speed() -> float:
-    """Seconds this Python takes for 20 million additions in a loop: the host's speed at the
-    moment. The development VM shares its host, whose speed has varied threefold within a day
-    (1.03 s at full speed); printed at the start and the end of a run, so that a run's absolute
-    figures can be read against the hour's speed. Ratios to the peers need no such reading."""
+# The other end of machine_speed()'s round trips: echoes each byte on the socket it is given.
+_ECHO = (
+    "import socket, sys\n"
+    "s = socket.socket(fileno=int(sys.argv[1]))\n"
+    "while b := s.recv(1):\n"
+    "    s.send(b)"
+)
+
+
+def machine_speed() -> str:
+    """The host's speed at the moment, in two figures: seconds for 20 million additions in a
+    Python loop, and microseconds for a one-byte round trip between two processes over a Unix
+    socket (a wake-up each way). The development VM shares its host: a day's additions ranged
+    0.75 to 1.4 s, and on a day when creates ran at 40 % of the day before's, the additions were
+    no slower while the round trip took 25 to 30 µs. A create is mostly wake-ups (the client,
+    the API, PostgreSQL), so the second figure is the one to read a run's absolute figures
+    against; ratios to the peers, measured in the same minute, need neither."""
     started = time.perf_counter()
     total = 0
     for i in range(20_000_000):
         total += i
-    return time.perf_counter() - started
+    additions = time.perf_counter() - started
+    ours, theirs = socket.socketpair()
+    echo = subprocess.Popen(
+        [sys.executable, "-c", _ECHO, str(theirs.fileno())], pass_fds=[theirs.fileno()]
+    )
+    theirs.close()
+    with ours:
+        for _ in range(2):  # the first round warms up
+            started = time.perf_counter()
+            for _ in range(20_000):
+                ours.send(b"x")
+                ours.recv(1)
+            round_trip = (time.perf_counter() - started) / 20_000
+    echo.wait(timeout=10)
+    return (
+        f"20 million additions {additions:.2f} s, "
+        f"a round trip between processes {round_trip * 1e6:.0f} µs"
+    )
 
 
 def free_port() -> int:
@@ -1028,7 +1057,7 @@ class Bench:
         # The fairness run's clients, made on first use: the flooder, then the quiet ones.
         self.fair_rows: list[Rows] = []
         # machine_speed() at the start and at the end.
-        self.speeds: list[float] = []
+        self.speeds: list[str] = []
 
     def cpu_note(self, key: str, note: str) -> None:
         self.cpu.setdefault(key, []).append(note)
@@ -1063,7 +1092,7 @@ class Bench:
         self.speeds.append(machine_speed())
         log(
             f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
-            f"(other processes share them); 20 million additions in {self.speeds[0]:.2f} s"
+            f"(other processes share them); {self.speeds[0]}"
         )
 
     def run(self) -> None:
@@ -1578,11 +1607,7 @@ class Bench:
         )
         table_print(self.figures)
         print()
-        print(
-            "machine: 20 million additions in "
-            + " s at the start, ".join(f"{s:.2f}" for s in self.speeds)
-            + " s at the end (1.03 s at full speed)"
-        )
+        print(f"machine at the start: {self.speeds[0]}; at the end: {self.speeds[-1]}")
         for key, notes in self.cpu.items():
             print(f"cpu: [{key}] per create, each repeat: {'; '.join(notes)}")
         for line in self.checks:
