@@ -7,14 +7,14 @@ socket with its poller, wakes again on the client's next request, and hands the 
 a pool thread (another wake-up). Every one of those wake-ups crosses threads, and on a busy
 process each waits for the GIL as well. For a client that sends its next request as soon as
 it has the answer (a proxy's kept-alive upstream connections, a client library's session),
-that round trip through the main thread cost about a fifth of the API's CPU per create
+that round trip through the main thread cost about a quarter of the API's CPU per create
 (docs/performance.md, "Tenth round").
 
-Here the thread that answered waits up to LINGER for that connection's next request and
-serves it itself; a connection quiet for LINGER goes back to the poller as in gthread. A
+Here the thread that answered waits up to LINGER_MS for that connection's next request and
+serves it itself; a connection quiet that long goes back to the poller as in gthread. A
 thread lingers only while its process has no more connections than threads, so a waiting
 connection always has a thread to go to: one client sending request after request never keeps
-another's waiting (tests/integration/test_gunicorn_worker.py). With more connections than
+another client waiting (tests/integration/test_gunicorn_worker.py). With more connections than
 threads (a proxy with a large pool) the worker is gthread.
 """
 
