@@ -312,8 +312,10 @@ def test_a_kept_connection_does_not_bypass_the_address_rules(keepalive_server):
 
 
 def test_concurrent_posts_start_no_thread_per_call(keepalive_server):
-    server = keepalive_server(delay_s=0.3)
-    post(server.url())  # starts the deadline watchdog
+    # Long enough for all the calls to be in flight at once on a slow host too (with 0.3 s,
+    # one CI run saw the first answered before the thirtieth had started).
+    server = keepalive_server(delay_s=1.5)
+    post(server.url(), timeout_s=5)  # starts the deadline watchdog
     before = threading.active_count()
     calls = 30
     with ThreadPoolExecutor(max_workers=calls) as pool:
