@@ -105,16 +105,15 @@ class Liveness:
 
 
 @dataclass(frozen=True)
-class QueueSnapshot:
+class QueueSnapshot(Liveness):
+    """The operator's view: the liveness reads, and the queue's and webhooks' counts."""
+
     # (status, priority name) -> rows, for PENDING, PROCESSING, FAILED and DEAD_LETTERED.
     depth: dict[tuple[str, str], int] = field(default_factory=dict)
     # SENT, CANCELLED, SUPPRESSED -> estimated rows (planner statistics).
     final_estimates: dict[str, int] = field(default_factory=dict)
-    oldest_overdue_s: float = 0.0
     webhook_backlog: dict[str, int] = field(default_factory=dict)
     webhook_oldest_overdue_s: float = 0.0
-    workers_live: int = 0
-    worker_last_seen_at: datetime | None = None
 
     @property
     def dead_lettered(self) -> int:
@@ -208,13 +207,11 @@ class HealthRepository:
             )
             webhook_due = SQL.scalar("webhook_oldest_due", using=using, now=now)
         return QueueSnapshot(
+            **vars(live),
             depth={(d.status, Priority(d.priority).name): d.count for d in depth},
             final_estimates={e.status: e.count for e in estimates},
-            oldest_overdue_s=live.oldest_overdue_s,
             webhook_backlog={b.state: b.count for b in backlog},
             webhook_oldest_overdue_s=_seconds_since(webhook_due, now),
-            workers_live=live.workers_live,
-            worker_last_seen_at=live.worker_last_seen_at,
         )
 
     def table_row_estimate(self, table: str) -> int | None:

@@ -123,7 +123,7 @@ def status_report(
     return _report(reasons + _liveness_reasons(snapshot, thresholds), body)
 
 
-def _liveness_reasons(live: Liveness | QueueSnapshot, thresholds: StatusThresholds) -> list[str]:
+def _liveness_reasons(live: Liveness, thresholds: StatusThresholds) -> list[str]:
     if live.workers_live == 0 and live.oldest_overdue_s > thresholds.max_overdue_s:
         return [
             f"no live worker (none seen in the last {thresholds.worker_live_window_s:g}s) "

@@ -1,6 +1,7 @@
 """Fixtures shared by the integration tests."""
 
 import pytest
+from django.contrib.auth.models import User
 
 from tests.support.http_servers import LoopbackProvider, ScriptedHTTPServer
 
@@ -26,3 +27,10 @@ def loopback():
     server.url = server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def superuser(client):
+    """Django's test client, logged in as a superuser: the admin as an operator sees it."""
+    client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
+    return client

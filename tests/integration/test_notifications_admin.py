@@ -32,12 +32,6 @@ def detail(notification) -> str:
     return f"{LIST}{notification.id}/change/"
 
 
-@pytest.fixture
-def superuser(client):
-    client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
-    return client
-
-
 def staff_with(client, *codenames: str):
     user = User.objects.create_user("staff", password="pw", is_staff=True)
     for codename in codenames:

@@ -1,7 +1,6 @@
 """Users' preferences in the admin: a page of a table with a row per user, never all of it."""
 
 import pytest
-from django.contrib.auth.models import User
 
 from tests.support.factories import ClientFactory
 from tests.support.operator_helpers import changelist_page, preferences_insert_bulk
@@ -11,25 +10,19 @@ pytestmark = pytest.mark.django_db
 LIST = "/admin/preferences/userpreferences/"
 
 
-@pytest.fixture
-def operator(client):
-    client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
-    return client
-
-
 @pytest.mark.parametrize(
     "query",
     [{}, {"p": "5"}, {"client__id__exact": None}, {"q": "user-1234"}],
     ids=["first page", "a later page", "one client", "search"],
 )
-def test_the_list_reads_a_page_not_every_user(operator, query):
+def test_the_list_reads_a_page_not_every_user(superuser, query):
     big, small = ClientFactory(), ClientFactory()
     preferences_insert_bulk(big.id, 20_000)
     preferences_insert_bulk(small.id, 150)
     if "client__id__exact" in query:
         query = {"client__id__exact": str(small.id)}
 
-    page, plan = changelist_page(operator, LIST, query, "user_preferences")
+    page, plan = changelist_page(superuser, LIST, query, "user_preferences")
 
     if "q" in query:
         # The user's rows, one a client at most, from the user id's index, then in order.
@@ -42,11 +35,10 @@ def test_the_list_reads_a_page_not_every_user(operator, query):
         assert keys == sorted(keys)
 
 
-def test_the_search_is_an_exact_case_sensitive_user_id(operator):
+def test_the_search_is_an_exact_case_sensitive_user_id(superuser):
     client = ClientFactory()
     preferences_insert_bulk(client.id, 3)
-    page = operator.get(LIST, {"q": "USER-1"}).context["cl"].result_list
+    page = superuser.get(LIST, {"q": "USER-1"}).context["cl"].result_list
     assert list(page) == []
-    assert [p.user_id for p in operator.get(LIST, {"q": " user-2 "}).context["cl"].result_list] == [
-        "user-2"
-    ]
+    found = superuser.get(LIST, {"q": " user-2 "}).context["cl"].result_list
+    assert [p.user_id for p in found] == ["user-2"]

@@ -20,22 +20,16 @@ EVENTS = "/admin/webhooks/webhookevent/"
 CLIENTS = "/admin/clients/client/"
 
 
-@pytest.fixture
-def operator(client):
-    client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
-    return client
-
-
 def messages_of(response) -> list[str]:
     return [str(m) for m in get_messages(response.wsgi_request)]
 
 
-def test_redeliver_selected_requeues_finished_events_and_reports_counts(operator):
+def test_redeliver_selected_requeues_finished_events_and_reports_counts(superuser):
     failed = WebhookEventFactory(state=DeliveryState.FAILED, delivery_attempts=10)
     delivered = WebhookEventFactory(state=DeliveryState.DELIVERED, delivery_attempts=1)
     pending = WebhookEventFactory()
 
-    response = operator.post(
+    response = superuser.post(
         EVENTS,
         {
             "action": "redeliver_selected",
@@ -78,33 +72,33 @@ def test_redeliver_needs_its_own_permission(client):
     assert event.state == DeliveryState.PENDING
 
 
-def test_events_can_be_found_by_notification_id_and_filtered_by_state(operator):
+def test_events_can_be_found_by_notification_id_and_filtered_by_state(superuser):
     wanted = WebhookEventFactory(state=DeliveryState.FAILED)
     WebhookEventFactory()
 
-    found = operator.get(EVENTS, {"q": str(wanted.notification_id)})
+    found = superuser.get(EVENTS, {"q": str(wanted.notification_id)})
     assert [e.id for e in found.context["cl"].result_list] == [wanted.id]
-    assert operator.get(EVENTS, {"q": "not-a-uuid"}).status_code == 200
-    failed = operator.get(EVENTS, {"state__exact": "FAILED"})
+    assert superuser.get(EVENTS, {"q": "not-a-uuid"}).status_code == 200
+    failed = superuser.get(EVENTS, {"state__exact": "FAILED"})
     assert [e.id for e in failed.context["cl"].result_list] == [wanted.id]
 
 
-def test_event_page_is_read_only_and_shows_its_attempts(operator):
+def test_event_page_is_read_only_and_shows_its_attempts(superuser):
     event = WebhookEventFactory()
-    page = operator.get(f"{EVENTS}{event.id}/change/")
+    page = superuser.get(f"{EVENTS}{event.id}/change/")
     assert page.status_code == 200
     assert b'name="state"' not in page.content
     assert b"Webhook delivery attempts" in page.content
-    operator.post(f"{EVENTS}{event.id}/change/", {"state": "DELIVERED"})
+    superuser.post(f"{EVENTS}{event.id}/change/", {"state": "DELIVERED"})
     event.refresh_from_db()
     assert event.state == DeliveryState.PENDING
 
 
-def test_rotate_webhook_secret_keeps_the_old_secret_for_24_hours(operator):
+def test_rotate_webhook_secret_keeps_the_old_secret_for_24_hours(superuser):
     client = ClientFactory()
     old = client.webhook_secret
 
-    response = operator.post(
+    response = superuser.post(
         CLIENTS,
         {"action": "rotate_webhook_secret_selected", "_selected_action": [client.id]},
         follow=True,
@@ -121,11 +115,11 @@ def test_rotate_webhook_secret_keeps_the_old_secret_for_24_hours(operator):
 @pytest.mark.parametrize(
     "url", ["ftp://hooks.example.com/x", "http://10.0.0.7/hook", "http://localhost:8000/hook"]
 )
-def test_client_form_refuses_unsafe_webhook_urls(operator, settings, url):
+def test_client_form_refuses_unsafe_webhook_urls(superuser, settings, url):
     settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = False
     client = ClientFactory()
 
-    response = operator.post(
+    response = superuser.post(
         f"{CLIENTS}{client.id}/change/", {"name": client.name, "webhook_url": url}
     )
 
@@ -134,10 +128,10 @@ def test_client_form_refuses_unsafe_webhook_urls(operator, settings, url):
     assert Client.objects.get(id=client.id).webhook_url == ""
 
 
-def test_client_form_saves_a_public_https_url(operator):
+def test_client_form_saves_a_public_https_url(superuser):
     client = ClientFactory()
     url = "https://hooks.example.com/notify"
-    response = operator.post(
+    response = superuser.post(
         f"{CLIENTS}{client.id}/change/", {"name": client.name, "webhook_url": url}
     )
     assert response.status_code == 302
@@ -155,7 +149,7 @@ def test_client_form_saves_a_public_https_url(operator):
     ],
     ids=["newest", "a later page", "given up", "one client", "one status"],
 )
-def test_the_event_list_reads_a_page_not_the_history(operator, query):
+def test_the_event_list_reads_a_page_not_the_history(superuser, query):
     # One event per final notification of a client with a webhook: as many as notifications.
     # Each page reads an index in the list's order; nothing counts, sorts or scans them all.
     busy, other = ClientFactory(), ClientFactory()
@@ -164,7 +158,7 @@ def test_the_event_list_reads_a_page_not_the_history(operator, query):
     if "client__id__exact" in query:
         query = {"client__id__exact": str(other.id)}
 
-    page, plan = changelist_page(operator, EVENTS, query, "webhook_event")
+    page, plan = changelist_page(superuser, EVENTS, query, "webhook_event")
 
     assert len(page) == 100
     created = [event.created_at for event in page]
