@@ -844,7 +844,7 @@ def wrk_single(config: Config, api_key: str, prefix: str) -> tuple[float, int]:
             "wrk",
             f"-t{threads}",
             f"-c{config.connections}",
-            f"-d{config.seconds}s",
+            f"-d{config.seconds:g}s",
             "-s",
             str(BENCH / "create.lua"),
             f"http://127.0.0.1:{config.port}",
