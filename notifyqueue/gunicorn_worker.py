@@ -16,12 +16,18 @@ thread lingers only while its process has no more connections than threads, so a
 connection always has a thread to go to: one client sending request after request never keeps
 another client waiting (tests/integration/test_gunicorn_worker.py). With more connections than
 threads (a proxy with a large pool) the worker is gthread.
+
+Its answers go out in one write: gunicorn writes an answer's headers, then its body, two
+segments on the wire for an answer that fits in one, each a wake-up for the client and work
+the kernel charges to the sender (`OneWriteResponse`).
 """
 
 from __future__ import annotations
 
 import select
 
+from gunicorn import util
+from gunicorn.http import wsgi
 from gunicorn.workers.gthread import ThreadWorker
 
 # How long a thread waits for the next request on the connection it answered. Short: a
@@ -48,3 +54,49 @@ class LingeringThreadWorker(ThreadWorker):
                         return keepalive
                 except OSError:
                     return keepalive
+
+
+class OneWriteResponse(wsgi.Response):
+    """gunicorn's HTTP/1 answer, its headers written with the first bytes of its body.
+
+    Only a write of the application's body holds the headers back (`write`); gunicorn's other
+    paths (a file sent with sendfile, an answer with no body, `close` with nothing written)
+    send them as they always did, through `send_headers`."""
+
+    _hold = False
+    _held: bytes | None = None
+
+    def send_headers(self):
+        if not self._hold or self.headers_sent:
+            return super().send_headers()
+        # gunicorn's own header block, as its send_headers builds it.
+        lines = self.default_headers()
+        lines.extend([f"{name}: {value}\r\n" for name, value in self.headers])
+        self._held = util.to_bytestring("".join(lines) + "\r\n", "latin-1")
+        self.headers_sent = True
+
+    def write(self, arg):
+        if self.headers_sent:
+            return super().write(arg)
+        self._hold = True
+        try:
+            super().write(arg)  # its send_headers holds them; _emit_body sends them
+        finally:
+            self._hold = False
+            held, self._held = self._held, None
+            if held is not None:  # no body bytes went out (none to send, or none allowed)
+                util.write(self.sock, held)
+
+    def _emit_body(self, data):
+        held, self._held = self._held, None
+        if held is None:
+            return super()._emit_body(data)
+        if self.chunked:
+            data = b"%X\r\n%s\r\n" % (len(data), data)
+        self.sock.sendall(held + data)
+
+
+# gunicorn builds every HTTP/1 answer from this name (`wsgi.create`; HTTP/2 passes its own
+# class). gunicorn imports this module in its master to load the worker class named in
+# notifyqueue/gunicorn.conf.py, before it forks any worker.
+wsgi.Response = OneWriteResponse
