@@ -321,7 +321,10 @@ class Worker:
             if not self._waiting:
                 self._waiting_mark()
                 return True  # claims again before sleeping: see _waiting_mark
-            self._due_check_at = time.monotonic() + self._idle_wait_s()
+            # A NOTIFY since the claim: the next turn claims at once, and the next row's due
+            # time would go unused (at a steady rate of creates, most dry turns).
+            if not self._notified.is_set():
+                self._due_check_at = time.monotonic() + self._idle_wait_s()
         if not self._dry and step.claimed:
             if self._waiting:
                 # Busy: the creates need not wake this worker (migration delivery 0008).

@@ -17,7 +17,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from delivery.models import WorkerHeartbeat
-from delivery.repositories import DeliveryRepository
+from delivery.repositories import SQL, DeliveryRepository
 from delivery.wakeup import WAKEUP_CHANNEL
 from tests.support.delivery_helpers import worker_build
 from tests.support.factories import NotificationFactory
@@ -207,3 +207,36 @@ def test_a_create_while_every_worker_is_busy_costs_no_wake_up_and_is_still_deliv
     late.refresh_from_db()
     assert late.status == "SENT"
     assert time.monotonic() - started < 10
+
+
+def test_a_wake_up_during_a_dry_turn_has_the_next_turn_claim_without_asking_for_the_next_due_time():
+    """At a steady rate of creates most dry turns end with a NOTIFY already in: the next turn
+    claims at once, so the statement for the next row's due time would go unused. Without a
+    NOTIFY, a dry turn still asks it (the wait until a scheduled row is due)."""
+    worker = worker_build(concurrency=2, batch_size=2)
+    claim, next_due = SQL["notification_claim_due"], SQL["notification_next_due_in"]
+    sent: list[str] = []
+    wake_during_claim = True
+
+    def watch(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        sent.append(sql)
+        if sql == claim and wake_during_claim:
+            worker._notify()  # a create's NOTIFY, arriving while the turn runs
+        return result
+
+    try:
+        worker._loop_once(until_empty=False)  # nothing due: marks itself
+        with connection.execute_wrapper(watch):
+            worker._loop_once(until_empty=False)  # a dry claim, a NOTIFY meanwhile
+            assert sent.count(claim) == 1
+            assert next_due not in sent
+            wake_during_claim = False
+            sent.clear()
+            worker._loop_once(until_empty=False)  # claims at once: dry, no NOTIFY
+            assert sent.count(claim) == 1
+            assert sent.count(next_due) == 1
+    finally:
+        worker.stop()
+        worker.run(until_empty=True)
+    connections.close_all()
