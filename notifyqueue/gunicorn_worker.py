@@ -30,6 +30,9 @@ from gunicorn import util
 from gunicorn.http import wsgi
 from gunicorn.workers.gthread import ThreadWorker
 
+# The largest first body write sent in one write with the headers: joining them copies it, and
+# a body this large is several segments whatever is done.
+ONE_WRITE_MAX_BYTES = 64 * 1024
 # How long a thread waits for the next request on the connection it answered. Short: a
 # connection accepted meanwhile may wait this long for a thread.
 LINGER_MS = 5
@@ -90,6 +93,9 @@ class OneWriteResponse(wsgi.Response):
     def _emit_body(self, data):
         held, self._held = self._held, None
         if held is None:
+            return super()._emit_body(data)
+        if len(data) > ONE_WRITE_MAX_BYTES:
+            util.write(self.sock, held)
             return super()._emit_body(data)
         if self.chunked:
             data = b"%X\r\n%s\r\n" % (len(data), data)

@@ -16,12 +16,12 @@ from gunicorn.config import Config
 from gunicorn.http import wsgi
 from gunicorn.http.parser import RequestParser
 
-from notifyqueue import gunicorn_worker
-from notifyqueue.gunicorn_worker import OneWriteResponse
+from notifyqueue.gunicorn_worker import ONE_WRITE_MAX_BYTES, OneWriteResponse
 
 BODY = b'{"id": "0190a0b2-0000-7000-8000-000000000000", "status": "PENDING"}'
 GET = b"GET /api/v1/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 HEAD = b"HEAD /api/v1/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+LARGE = b"x" * (ONE_WRITE_MAX_BYTES + 1)
 # gunicorn's own response class (`wsgi.Response` names ours once the worker module is loaded).
 GUNICORN_RESPONSE = OneWriteResponse.__base__
 
@@ -46,7 +46,7 @@ def writes(
         records = []
         while True:
             try:
-                records.append(theirs.recv(1 << 16))
+                records.append(theirs.recv(1 << 20))
             except BlockingIOError:
                 return records
 
@@ -86,6 +86,12 @@ CASES = {
     "a HEAD request": (HEAD, "200 OK", [("Content-Length", str(len(BODY)))], body_in_one),
     "no body": (GET, "204 No Content", [], nothing),
     "an empty write": (GET, "200 OK", [("Content-Length", "0")], lambda r: r.write(b"")),
+    "a large body": (
+        GET,
+        "200 OK",
+        [("Content-Length", str(len(LARGE)))],
+        lambda r: r.write(LARGE),
+    ),
 }
 
 
@@ -112,6 +118,13 @@ def test_the_headers_go_out_with_the_first_bytes_of_the_body():
     assert chunked[-1] == b"0\r\n\r\n"
 
 
+def test_a_large_body_is_not_copied_to_join_its_headers():
+    records = writes(OneWriteResponse, *CASES["a large body"])
+
+    assert len(records) == 2
+    assert records[0].endswith(b"\r\n\r\n") and records[1] == LARGE
+
+
 def test_an_answer_without_body_bytes_still_sends_its_headers_once():
     for case in ("a HEAD request", "no body", "an empty write"):
         records = writes(OneWriteResponse, *CASES[case])
@@ -121,5 +134,4 @@ def test_an_answer_without_body_bytes_still_sends_its_headers_once():
 
 
 def test_gunicorn_builds_its_answers_with_it_once_the_worker_module_is_loaded():
-    assert gunicorn_worker.wsgi.Response is OneWriteResponse
     assert wsgi.Response is OneWriteResponse
