@@ -11,7 +11,12 @@ series (its metric grows as it did; the cache stops growing at its bound).
 
 from __future__ import annotations
 
+import atexit
+import bisect
+import os
+import threading
 import time
+import weakref
 from typing import Any
 
 from django_prometheus import middleware
@@ -19,6 +24,8 @@ from django_prometheus import middleware
 from monitoring.metrics import LabelledChildren
 
 CHILDREN_KEPT = 10_000
+# The longest a request counted by ShortcutMetrics waits to be written.
+FLUSH_EVERY_S = 1.0
 
 
 class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
@@ -33,15 +40,27 @@ class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
 class ShortcutMetrics:
     """The series django-prometheus' two middleware record for a request, recorded for an
     answer given before Django's handler (notifyqueue/shortcuts.py): the same metrics and
-    labels. The labelled children of one kind of answer (view, transport, status, charset)
-    are looked up once and kept together (at most CHILDREN_KEPT kinds), and the request's
-    headers are read from its WSGI environ: Django's `request.headers` builds a mapping of
-    every header on first use, and the middleware's series cost a sixth of a create's CPU in
-    one process that way (docs/performance.md, "Ninth round")."""
+    labels, written in batches.
+
+    A request only counts itself in memory (its kind of answer and three histogram buckets,
+    under one lock); what was counted is written to prometheus_client's values at most
+    FLUSH_EVERY_S later, by a thread of this process, when this process serves /metrics
+    (`flush_request_metrics`), and when it exits normally. Written one request at a time
+    the 13 series cost about a tenth of a create's CPU in the API: under gunicorn each write
+    goes to the process's multi-process file under one lock, with a `getpid()` each
+    (docs/performance.md, "Twelfth round"). So a scrape answered by another process shows
+    this one's requests up to FLUSH_EVERY_S late, and a process killed (SIGKILL) loses at
+    most that much of its request counts. The labelled children of one kind of answer (view,
+    transport, status, charset) are looked up once and kept together (at most CHILDREN_KEPT
+    kinds; past that a kind is written at once), and the request's headers are read from its
+    WSGI environ: Django's `request.headers` builds a mapping of every header on first use."""
 
     def __init__(self) -> None:
         self.metrics = middleware.Metrics.get_instance()
         self._kinds: dict[tuple[str, str, int, str], tuple[tuple[Any, ...], Any]] = {}
+        self._lock = threading.Lock()  # held to count, and to take what was counted
+        self._counted = _Counted()
+        _RECORDERS.add(self)
 
     def _series(self, view: str, transport: str, status: str, charset: str) -> tuple:
         """The counters a request of this kind increments, and its latency histogram."""
@@ -70,15 +89,116 @@ class ShortcutMetrics:
         series = self._kinds.get(kind)
         if series is None:
             series = self._series(view, transport, str(response.status_code), str(kind[3]))
-            if len(self._kinds) < CHILDREN_KEPT:
-                self._kinds[kind] = series
-        counters, latency = series
-        for counter in counters:
-            counter.inc()
-        if meta.get("HTTP_X_REQUESTED_WITH") == "XMLHttpRequest":
-            m.requests_ajax.inc()
-        m.requests_body_bytes.observe(int(meta.get("CONTENT_LENGTH") or 0))
-        m.responses_body_bytes.observe(len(response.content))
+            if len(self._kinds) >= CHILDREN_KEPT:
+                counted = _Counted()
+                counted.add(series, meta, response, time.perf_counter() - started, m)
+                counted.write(m)
+                return
+            self._kinds[kind] = series
         elapsed = time.perf_counter() - started
-        latency.observe(elapsed)
-        m.requests_latency_before.observe(elapsed)
+        with self._lock:
+            self._counted.add(series, meta, response, elapsed, m)
+        if _flusher is None:
+            _flusher_start()
+
+    def flush(self) -> None:
+        """Writes what was counted since the last flush (under _WRITING: a flush that returns
+        has written everything counted before it began, whoever was writing it)."""
+        with _WRITING:
+            with self._lock:
+                counted, self._counted = self._counted, _Counted()
+            counted.write(self.metrics)
+
+    def _after_fork(self) -> None:
+        # The parent writes what it counted; the child starts with nothing counted.
+        self._lock = threading.Lock()
+        self._counted = _Counted()
+
+
+class _Counted:
+    """Requests counted since a flush: how many of each kind, and each histogram's buckets."""
+
+    __slots__ = ("ajax", "histograms", "kinds")
+
+    def __init__(self) -> None:
+        self.kinds: dict[tuple, int] = {}  # by the kind's series (ShortcutMetrics._series)
+        self.ajax = 0
+        self.histograms: dict[Any, tuple[list[int], list[float]]] = {}
+
+    def add(self, series: tuple, meta: dict, response: Any, elapsed: float, m: Any) -> None:
+        self.kinds[series] = self.kinds.get(series, 0) + 1
+        if meta.get("HTTP_X_REQUESTED_WITH") == "XMLHttpRequest":
+            self.ajax += 1
+        self._observe(m.requests_body_bytes, int(meta.get("CONTENT_LENGTH") or 0))
+        self._observe(m.responses_body_bytes, len(response.content))
+        self._observe(series[1], elapsed)
+        self._observe(m.requests_latency_before, elapsed)
+
+    def _observe(self, histogram: Any, value: float) -> None:
+        pending = self.histograms.get(histogram)
+        if pending is None:
+            pending = self.histograms[histogram] = ([0] * len(histogram._upper_bounds), [0.0])
+        buckets, total = pending
+        buckets[bisect.bisect_left(histogram._upper_bounds, value)] += 1
+        total[0] += value
+
+    def write(self, m: Any) -> None:
+        for (counters, _), count in self.kinds.items():
+            for counter in counters:
+                counter.inc(count)
+        if self.ajax:
+            m.requests_ajax.inc(self.ajax)
+        for histogram, (buckets, total) in self.histograms.items():
+            histogram_add(histogram, buckets, total)
+
+
+def histogram_add(histogram: Any, buckets: list[int], total: list[float]) -> None:
+    """What `histogram.observe(v)` for each of several values writes, written once: each
+    bucket's count (`buckets[i]` values fell in the i-th, the first whose upper bound is >= v)
+    and their sum. prometheus_client has no public call for this; its Histogram keeps one
+    value per bucket (`_buckets`, bounded by `_upper_bounds`) and the sum (`_sum`), as it has
+    since its first releases (tests/unit/test_request_metrics_batched.py holds the written
+    samples equal to observe's for every bucket)."""
+    histogram._sum.inc(total[0])
+    for bucket, count in zip(histogram._buckets, buckets, strict=True):
+        if count:
+            bucket.inc(count)
+
+
+# Every recorder of this process, for `flush_request_metrics`, the exit and forks.
+_RECORDERS: weakref.WeakSet[ShortcutMetrics] = weakref.WeakSet()
+_WRITING = threading.Lock()
+_STARTING = threading.Lock()
+_flusher: threading.Thread | None = None  # this process's, once something was counted
+
+
+def flush_request_metrics() -> None:
+    """Writes every request this process counted and has not written yet (the /metrics view
+    calls this before it reads the values)."""
+    for recorder in list(_RECORDERS):
+        recorder.flush()
+
+
+def _flush_every() -> None:
+    while True:
+        time.sleep(FLUSH_EVERY_S)
+        flush_request_metrics()
+
+
+def _flusher_start() -> None:
+    global _flusher
+    with _STARTING:
+        if _flusher is None:
+            _flusher = threading.Thread(target=_flush_every, name="request-metrics", daemon=True)
+            _flusher.start()
+
+
+def _after_fork_in_child() -> None:
+    global _WRITING, _STARTING, _flusher
+    _WRITING, _STARTING, _flusher = threading.Lock(), threading.Lock(), None
+    for recorder in list(_RECORDERS):
+        recorder._after_fork()
+
+
+atexit.register(flush_request_metrics)
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -24,6 +24,7 @@ from prometheus_client import multiprocess
 from clients.authentication import KEYWORD as API_KEY_KEYWORD
 from clients.repositories import client_for_api_key
 from monitoring.metrics import queue_registry_build
+from monitoring.middleware import flush_request_metrics
 from monitoring.repositories import HealthRepository
 from monitoring.services import status_report, status_thresholds_from_settings
 
@@ -71,6 +72,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         response = HttpResponse("Metrics need a bearer token.\n", status=401)
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
+    flush_request_metrics()  # this process's own requests, counted and not yet written
     page = prometheus_client.generate_latest(_process_registry())
     page += prometheus_client.generate_latest(QUEUE_REGISTRY)
     return HttpResponse(page, content_type=prometheus_client.CONTENT_TYPE_LATEST)

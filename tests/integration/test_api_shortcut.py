@@ -22,6 +22,7 @@ from django_prometheus.middleware import Metrics
 from prometheus_client import REGISTRY
 from werkzeug.test import Client
 
+from monitoring.middleware import FLUSH_EVERY_S, flush_request_metrics
 from notifications import repositories, services
 from notifications.views import api_shortcuts
 from notifyqueue.shortcuts import ShortcutApplication
@@ -243,10 +244,30 @@ def test_the_request_metrics_are_recorded_as_django_prometheus_records_them(http
     def observed() -> float:
         return {sample.name: sample.value for sample in latency._samples()}["_count"]
 
-    before = (by_view._value.get(), metrics.requests_total._value.get(), observed())
+    def values() -> tuple[float, float, float]:
+        return by_view._value.get(), metrics.requests_total._value.get(), observed()
+
+    flush_request_metrics()
+    before = values()
     assert http(URL, VALID, key="k-1", api_key=key).status_code == 201
-    after = (by_view._value.get(), metrics.requests_total._value.get(), observed())
+    flush_request_metrics()
+    after = values()
     assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 1]
+
+
+def test_the_request_metrics_are_written_within_a_second_without_a_scrape(http, make_client):
+    """The shortcut counts a request in memory; the process's own thread writes it to
+    prometheus_client's values within FLUSH_EVERY_S, whether or not anything reads them."""
+    _, key = make_client()
+    requests_total = Metrics.get_instance().requests_total
+    flush_request_metrics()
+    before = requests_total._value.get()
+    assert http(URL, VALID, key="k-1", api_key=key).status_code == 201
+    assert http(URL, VALID, key="k-2", api_key=key).status_code == 201
+    deadline = time.monotonic() + FLUSH_EVERY_S + 2
+    while requests_total._value.get() < before + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert requests_total._value.get() == before + 2
 
 
 def _request_series() -> dict[tuple, float]:
@@ -264,11 +285,13 @@ def test_a_shortcut_answer_counts_in_every_series_the_long_way_counts_in(http, m
     _, key = make_client()
 
     def counted(**headers) -> dict[tuple, float]:
+        flush_request_metrics()
         before = _request_series()
         assert (
             http(URL, VALID, key=f"k-{len(headers)}", api_key=key, headers=headers).status_code
             == 201
         )
+        flush_request_metrics()
         after = _request_series()
         return {
             name: after[name] - before.get(name, 0)
