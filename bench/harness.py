@@ -561,11 +561,24 @@ def workers_start(
     if until_empty:
         command.append("--until-empty")
     return [
-        subprocess.Popen(
-            command, cwd=ROOT, env=project_env(server, **env), stderr=subprocess.DEVNULL
+        started(
+            subprocess.Popen(
+                command, cwd=ROOT, env=project_env(server, **env), stderr=subprocess.DEVNULL
+            )
         )
         for _ in range(count)
     ]
+
+
+# Every worker process the benchmark started: those still running when it ends, however it
+# ends, are stopped (`main`). One left behind would drain the next run's rows with its own
+# provider: its rows would never reach that run's provider.
+_STARTED: list[subprocess.Popen] = []
+
+
+def started(process: subprocess.Popen) -> subprocess.Popen:
+    _STARTED.append(process)
+    return process
 
 
 def workers_ready(server: Server, processes: list[subprocess.Popen], timeout: float = 60) -> None:
@@ -1261,23 +1274,25 @@ class Bench:
         for system in PEERS:
             peer_empty(self.server, system)
             processes = [
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        str(BENCH / "peers.py"),
-                        "worker",
-                        "--system",
-                        system,
-                        "--dsn",
-                        self.server.url(DATABASES[system]),
-                        "--concurrency",
-                        str(c.worker_concurrency),
-                        "--batch-size",
-                        str(c.worker_batch),
-                        "--wait",  # running before its jobs are written; stopped when timed
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
+                started(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            str(BENCH / "peers.py"),
+                            "worker",
+                            "--system",
+                            system,
+                            "--dsn",
+                            self.server.url(DATABASES[system]),
+                            "--concurrency",
+                            str(c.worker_concurrency),
+                            "--batch-size",
+                            str(c.worker_batch),
+                            "--wait",  # running before its jobs are written; stopped when timed
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
                 )
                 for _ in range(workers)
             ]
@@ -1630,7 +1645,10 @@ def main(argv: list[str]) -> int:
             "wrk is not installed: `apt-get install wrk` (python3 dev.py bench "
             "installs it when run as root)"
         )
-    Bench(config).run()
+    try:
+        Bench(config).run()
+    finally:
+        processes_stop([p for p in _STARTED if p.poll() is None], timeout=10)
     return 0
 
 

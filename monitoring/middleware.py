@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import logging
 import os
 import threading
 import time
@@ -22,6 +23,8 @@ from typing import Any
 from django_prometheus import middleware
 
 from monitoring.metrics import LabelledChildren
+
+logger = logging.getLogger(__name__)
 
 CHILDREN_KEPT = 10_000
 # The longest a request counted by ShortcutMetrics waits to be written.
@@ -60,7 +63,8 @@ class ShortcutMetrics:
         self._kinds: dict[tuple[str, str, int, str], tuple[tuple[Any, ...], Any]] = {}
         self._lock = threading.Lock()  # held to count, and to take what was counted
         self._counted = _Counted()
-        _RECORDERS.add(self)
+        with _STARTING:
+            _RECORDERS.add(self)
 
     def _series(self, view: str, transport: str, status: str, charset: str) -> tuple:
         """The counters a request of this kind increments, and its latency histogram."""
@@ -165,7 +169,8 @@ def histogram_add(histogram: Any, buckets: list[int], total: list[float]) -> Non
             bucket.inc(count)
 
 
-# Every recorder of this process, for `flush_request_metrics`, the exit and forks.
+# Every recorder of this process, for `flush_request_metrics`, the exit and forks (added to and
+# read under _STARTING).
 _RECORDERS: weakref.WeakSet[ShortcutMetrics] = weakref.WeakSet()
 _WRITING = threading.Lock()
 _STARTING = threading.Lock()
@@ -175,14 +180,19 @@ _flusher: threading.Thread | None = None  # this process's, once something was c
 def flush_request_metrics() -> None:
     """Writes every request this process counted and has not written yet (the /metrics view
     calls this before it reads the values)."""
-    for recorder in list(_RECORDERS):
+    with _STARTING:
+        recorders = list(_RECORDERS)
+    for recorder in recorders:
         recorder.flush()
 
 
 def _flush_every() -> None:
     while True:
         time.sleep(FLUSH_EVERY_S)
-        flush_request_metrics()
+        try:
+            flush_request_metrics()
+        except Exception:  # the next second tries again; what was taken is lost, and logged
+            logger.exception("writing the request metrics failed")
 
 
 def _flusher_start() -> None:
