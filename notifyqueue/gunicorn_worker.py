@@ -27,6 +27,7 @@ from __future__ import annotations
 import select
 
 from gunicorn import util
+from gunicorn.config import Config
 from gunicorn.http import wsgi
 from gunicorn.workers.gthread import ThreadWorker
 
@@ -39,6 +40,10 @@ LINGER_MS = 5
 
 
 class LingeringThreadWorker(ThreadWorker):
+    def init_process(self):
+        config_freeze(self.cfg)
+        super().init_process()
+
     def handle(self, conn):
         while True:
             keepalive = super().handle(conn)
@@ -57,6 +62,22 @@ class LingeringThreadWorker(ThreadWorker):
                         return keepalive
                 except OSError:
                     return keepalive
+
+
+def config_freeze(cfg: Config) -> None:
+    """Every setting's value held as a plain attribute of `cfg`, for the worker process's life.
+
+    gunicorn's `Config` answers each `cfg.name` in `__getattr__`: a failed look-up first, then
+    the settings dict and the setting's `get()`. Reading a request and writing its answer reads
+    some twenty settings, in the service about 3 % of the API's Python time under load
+    (docs/performance.md, "Twelfth round"). A worker's settings do not change once it runs
+    (gunicorn applies a reload by starting new workers), so its process holds each value where
+    normal attribute look-up finds it first. A name the class itself defines (a property such
+    as `worker_class`, a method) is left to the class."""
+    defined = dir(type(cfg))
+    for name, setting in cfg.settings.items():
+        if name not in defined:
+            object.__setattr__(cfg, name, setting.get())
 
 
 class OneWriteResponse(wsgi.Response):
