@@ -45,7 +45,7 @@ class ShortcutMetrics:
     answer given before Django's handler (notifyqueue/shortcuts.py): the same metrics and
     labels, written in batches.
 
-    A request only counts itself in memory (its kind of answer and three histogram buckets,
+    A request only counts itself in memory (its kind of answer and four histogram buckets,
     under one lock); what was counted is written to prometheus_client's values at most
     FLUSH_EVERY_S later, by a thread of this process, when this process serves /metrics
     (`flush_request_metrics`), and when it exits normally. Written one request at a time

@@ -20,6 +20,9 @@ threads (a proxy with a large pool) the worker is gthread.
 Its answers go out in one write: gunicorn writes an answer's headers, then its body, two
 segments on the wire for an answer that fits in one, each a wake-up for the client and work
 the kernel charges to the sender (`OneWriteResponse`).
+
+Each worker process reads its settings as plain attributes, copied when it starts
+(`config_freeze`): gunicorn's `Config` answers every read through `__getattr__`.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ def config_freeze(cfg: Config) -> None:
     (gunicorn applies a reload by starting new workers), so its process holds each value where
     normal attribute look-up finds it first. A name the class itself defines (a property such
     as `worker_class`, a method) is left to the class."""
-    defined = dir(type(cfg))
+    defined = set(dir(type(cfg)))
     for name, setting in cfg.settings.items():
         if name not in defined:
             object.__setattr__(cfg, name, setting.get())

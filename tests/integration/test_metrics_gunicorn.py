@@ -57,20 +57,7 @@ def test_every_counter_is_monotonic_and_true_across_workers(gunicorn, make_clien
     scrapes = []
     for round_ in range(ROUNDS):
         for n in range(CREATES_PER_ROUND):
-            request = urllib.request.Request(
-                f"{gunicorn}/api/v1/notifications",
-                data=json.dumps(
-                    {"channel": "sms", "recipient": f"+4477009{round_:02d}{n:03d}", "body": "hi"}
-                ).encode(),
-                headers={
-                    "Authorization": f"Api-Key {key}",
-                    "Idempotency-Key": f"k-{round_}-{n}",
-                    "Content-Type": "application/json",
-                },
-                method="POST",
-            )
-            with urllib.request.urlopen(request, timeout=10) as response:
-                assert response.status == 201
+            sms_create(gunicorn, key, f"+4477009{round_:02d}{n:03d}", f"k-{round_}-{n}")
             created += 1
         for _ in range(SCRAPES_PER_ROUND):
             with urllib.request.urlopen(f"{gunicorn}/metrics", timeout=10) as response:
@@ -108,23 +95,25 @@ def test_a_worker_that_exits_writes_the_requests_it_counted(database_url, make_c
     creates = 30
     with gunicorn_serving(env, workers=GUNICORN_WORKERS) as base:
         for n in range(creates):
-            request = urllib.request.Request(
-                f"{base}/api/v1/notifications",
-                data=json.dumps(
-                    {"channel": "sms", "recipient": "+447700900123", "body": "hi"}
-                ).encode(),
-                headers={
-                    "Authorization": f"Api-Key {key}",
-                    "Idempotency-Key": f"exit-{n}",
-                    "Content-Type": "application/json",
-                },
-                method="POST",
-            )
-            with urllib.request.urlopen(request, timeout=10) as response:
-                assert response.status == 201
+            sms_create(base, key, "+447700900123", f"exit-{n}")
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=str(tmp_path))
     assert posts(counters(generate_latest(registry).decode())) == creates
+
+
+def sms_create(base: str, api_key: str, recipient: str, idempotency_key: str) -> None:
+    request = urllib.request.Request(
+        f"{base}/api/v1/notifications",
+        data=json.dumps({"channel": "sms", "recipient": recipient, "body": "hi"}).encode(),
+        headers={
+            "Authorization": f"Api-Key {api_key}",
+            "Idempotency-Key": idempotency_key,
+            "Content-Type": "application/json",
+        },
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 201
 
 
 def posts(scraped: dict[tuple[str, frozenset], float]) -> float:
