@@ -98,9 +98,10 @@ class TooManyPending(DomainError):
         self.headers = {"Retry-After": str(BACKLOG_RETRY_AFTER_S)}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NotificationRequest:
-    """A create request after shape validation: names canonical, times timezone-aware."""
+    """A create request after shape validation: names canonical, times timezone-aware. Not
+    frozen, as the create path's other values (notifications/repositories.py)."""
 
     channel: str | None
     recipient: str | None
