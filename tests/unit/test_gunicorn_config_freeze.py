@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 from gunicorn.config import Config
+from gunicorn.workers.gthread import ThreadWorker
 
-from notifyqueue.gunicorn_worker import config_freeze
+from notifyqueue.gunicorn_worker import LingeringThreadWorker, config_freeze
 
 
 def _config() -> Config:
@@ -47,3 +48,14 @@ def test_what_the_class_computes_is_left_to_the_class(name):
     config_freeze(cfg)
     assert name not in vars(cfg)
     assert getattr(cfg, name) == expected
+
+
+def test_the_worker_freezes_its_settings_as_its_process_starts(monkeypatch):
+    """`init_process` runs in the worker's own process, after the fork: the master's config
+    (which a reload replaces) is left as gunicorn made it."""
+    monkeypatch.setattr(ThreadWorker, "init_process", lambda self: None)
+    worker = object.__new__(LingeringThreadWorker)
+    worker.cfg = _config()
+    assert "limit_request_line" not in vars(worker.cfg)
+    worker.init_process()
+    assert vars(worker.cfg)["limit_request_line"] == 1234

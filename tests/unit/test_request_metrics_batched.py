@@ -1,14 +1,18 @@
 """The shortcut's request metrics, written in batches (monitoring/middleware.py), write what
-django-prometheus' one-request-at-a-time writes would have: every bucket, sum and count."""
+django-prometheus' one-request-at-a-time writes would have: every bucket, sum and count; and
+what a process counted is written by that process only."""
 
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from monitoring.middleware import _Counted, histogram_add
+from monitoring import middleware
+from monitoring.middleware import ShortcutMetrics, _Counted, histogram_add
 
 BUCKETS = (0.01, 0.1, 1.0, 10.0)
 # On each bound, between bounds, below the first, past the last, zero and negative.
@@ -49,3 +53,31 @@ def test_every_bucket_bound_is_the_histograms_own_with_inf_last():
     histogram = _histogram(CollectorRegistry())
     assert list(histogram._upper_bounds) == [*BUCKETS, math.inf]
     assert len(histogram._buckets) == len(histogram._upper_bounds)
+
+
+class _Request:
+    META = {"CONTENT_LENGTH": "80", "wsgi.url_scheme": "http"}
+
+    def is_secure(self) -> bool:
+        return False
+
+
+class _Response:
+    status_code = 201
+    charset = "utf-8"
+    content = b"{}"
+
+
+def test_a_process_forked_after_counting_does_not_write_the_parents_counts_again():
+    """What the parent counted and has not written is the parent's to write: a child that kept
+    it would write it a second time (its own file, summed with the parent's)."""
+    recorder = ShortcutMetrics()
+    recorder(_Request(), _Response(), "notification-list", time.perf_counter())
+    pid = os.fork()
+    if pid == 0:  # the child: exits at once, without the parent's atexit hooks
+        os._exit(0 if not recorder._counted.kinds and middleware._flusher is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sum(recorder._counted.kinds.values()) == 1  # still the parent's, to write once
+    recorder.flush()
+    assert not recorder._counted.kinds
