@@ -72,12 +72,14 @@ def test_a_process_forked_after_counting_does_not_write_the_parents_counts_again
     """What the parent counted and has not written is the parent's to write: a child that kept
     it would write it a second time (its own file, summed with the parent's)."""
     recorder = ShortcutMetrics()
-    recorder(_Request(), _Response(), "notification-list", time.perf_counter())
-    pid = os.fork()
-    if pid == 0:  # the child: exits at once, without the parent's atexit hooks
-        os._exit(0 if not recorder._counted.kinds and middleware._flusher is None else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert sum(recorder._counted.kinds.values()) == 1  # still the parent's, to write once
+    # Held, the parent's once-a-second flusher cannot take the count before it is looked at.
+    with middleware._WRITING:
+        recorder(_Request(), _Response(), "notification-list", time.perf_counter())
+        pid = os.fork()
+        if pid == 0:  # the child: exits at once, without the parent's atexit hooks
+            os._exit(0 if not recorder._counted.kinds and middleware._flusher is None else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert sum(recorder._counted.kinds.values()) == 1  # still the parent's, to write once
     recorder.flush()
     assert not recorder._counted.kinds
