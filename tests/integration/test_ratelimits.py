@@ -513,6 +513,70 @@ def test_an_admission_counts_a_keys_window_again_only_when_the_key_has_a_held_ro
     assert read == 5 * len(rows)
 
 
+@pytest.mark.django_db
+def test_the_admissions_kept_plan_reads_each_keys_window_through_its_own_index(clock):
+    """The admission's plans are kept for the connection (ratelimits 0014), made from the
+    statistics of that moment. Here those say the window table holds one recipient's 20,000
+    deliveries: a plan that trusted them found the key useless for narrowing and read the
+    window through ratelimit_at (every delivery in the window, of every recipient; migration
+    0010 withdrew the kept plans for it). Later claims for other recipients, each with five
+    deliveries in its window and five older, read exactly those through ratelimit_key_at."""
+    import uuid
+
+    from django.db import connection, transaction
+
+    from ratelimits.repositories import AdmissionRequest
+
+    client = ClientFactory()
+    repository = RateLimitRepository()
+    busy = NotificationFactory(client=client)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token) "
+            "SELECT ratelimit_key('email', %s, %s), %s - g * interval '1 ms', %s, "
+            "gen_random_uuid() FROM generate_series(1, 20000) AS g",
+            [client.id, busy.recipient, clock.now, busy.id],
+        )
+        cursor.execute("ANALYZE ratelimit_delivery")
+
+    def claims(count: int) -> list[AdmissionRequest]:
+        return [
+            AdmissionRequest("email", client.id, n.recipient, n.id, uuid.uuid4(), False)
+            for n in NotificationFactory.create_batch(count, client=client)
+        ]
+
+    for _ in range(3):  # the kept plan is made at the first call, from those statistics
+        repository.recipients_admit(claims=claims(1), limit=10, window_s=WINDOW_S)
+    later = claims(20)
+    with connection.cursor() as cursor:
+        for ago in (1, WINDOW_S + 1):  # five in each key's window, five older
+            cursor.execute(
+                "INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token) "
+                "SELECT ratelimit_key('email', %s, r), %s, %s, gen_random_uuid() "
+                "FROM unnest(%s::text[]) AS r, generate_series(1, 5)",
+                [
+                    client.id,
+                    clock.now - timedelta(seconds=ago),
+                    busy.id,
+                    [c.recipient for c in later],
+                ],
+            )
+
+    def entries_read(index: str) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_get_xact_tuples_returned(%s::regclass)", [index])
+            return cursor.fetchone()[0]
+
+    with transaction.atomic():  # the counters are this transaction's
+        before = {i: entries_read(i) for i in ("ratelimit_at", "ratelimit_key_at")}
+        admitted = repository.recipients_admit(claims=later, limit=10, window_s=WINDOW_S)
+        read = {i: entries_read(i) - before[i] for i in before}
+
+    assert admitted == {c.notification_id for c in later}
+    # Per key: the five older deliveries, forgotten, and the five in the window, counted.
+    assert read == {"ratelimit_at": 0, "ratelimit_key_at": 10 * len(later)}, read
+
+
 def test_a_deferral_reads_the_recipients_backlog_not_its_history():
     """A deferral schedules the recipient's waiting rows. It found them among every row the
     recipient ever had, through the record's recipient index, and read each to check its
