@@ -57,11 +57,9 @@ log = logging.getLogger("notifyqueue.delivery")
 LOG_SUMMARY_S = 1.0
 # A hot table changed by more rows than this, and than this fraction of its rows, since its
 # last ANALYZE is analyzed at the next check (see statistics_refresh), which a running worker
-# makes every STATISTICS_CHECK_S: the statements planned on each call (the admission, a
-# deferral, the reaper) plan from these statistics, and a burst of tens of thousands drains in
-# a few seconds. (The claim keeps one plan that does not depend on them: migration delivery
-# 0013. Planned on each call, it sorted a whole burst on every claim until the next ANALYZE:
-# 17-19 ms a claim of 100 at 9,000 waiting.)
+# makes every STATISTICS_CHECK_S: a burst into a queue whose statistics say it is empty is
+# claimed with plans that sort the whole burst on every claim until then (17-19 ms a claim of
+# 100 at 9,000 waiting), and a burst of tens of thousands drains in a few seconds.
 STATISTICS_STALE_ROWS = 2_000
 STATISTICS_STALE_FRACTION = 0.01
 STATISTICS_CHECK_S = 1.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import timedelta
 
@@ -11,7 +10,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from delivery.models import DeliveryAttempt, Outcome
-from delivery.repositories import Claim, DeliveryRepository, Finish
+from delivery.repositories import SQL, Claim, DeliveryRepository, Finish
 from notifications.models import Notification, Status
 from tests.support.clock import DbClock
 from tests.support.factories import ClientFactory, NotificationFactory
@@ -203,84 +202,11 @@ def test_a_crash_on_the_last_attempt_gets_one_final_resend_then_dead_letters():
 
 
 def claim_plan(cursor) -> str:
-    """The plan the claim function keeps (migration delivery 0013): its statement as installed
-    (pg_proc), prepared under the function's own settings, explained as the generic plan
-    PL/pgSQL makes from the statistics of this moment. Settings last until the test's
-    transaction ends."""
     cursor.execute(
-        "SELECT prosrc, proconfig FROM pg_proc WHERE proname = 'notification_claim_due_many'"
+        "EXPLAIN " + SQL["notification_claim_due"],
+        {"worker": "w", "limit": 100, "claim_timeout_s": 30},
     )
-    source, settings = cursor.fetchone()
-    statement = source[source.index("RETURN QUERY") + len("RETURN QUERY") : source.rindex(";")]
-    for name, number in (("p_limit", 1), ("p_worker", 2), ("p_claim_timeout_s", 3)):
-        statement = re.sub(rf"\b{name}\b", f"${number}", statement)
-    for setting in settings:
-        name, value = setting.split("=", 1)
-        cursor.execute(f"SET LOCAL {name} = '{value}'")
-    assert "plan_cache_mode=force_generic_plan" in settings
-    cursor.execute(f"PREPARE claim_kept (integer, text, double precision) AS {statement}")
-    try:
-        cursor.execute("EXPLAIN (COSTS OFF) EXECUTE claim_kept (100, 'w', 30)")
-        return "\n".join(row[0] for row in cursor.fetchall())
-    finally:
-        cursor.execute("DEALLOCATE claim_kept")
-
-
-def _queue_rows_read(cursor) -> int:
-    """Rows this transaction read from the queue table, by any scan: sequential scans' rows,
-    and heap rows and index entries fetched through its indexes."""
-    cursor.execute(
-        """
-        SELECT pg_stat_get_xact_tuples_returned('notification_queue'::regclass)
-               + coalesce(sum(pg_stat_get_xact_tuples_returned(indexrelid)), 0)
-        FROM pg_index WHERE indrelid = 'notification_queue'::regclass
-        """
-    )
-    return cursor.fetchone()[0]
-
-
-@pytest.mark.django_db
-def test_the_claims_kept_plan_is_the_same_planned_on_an_empty_queue_as_on_a_full_one():
-    """The claim's plan is kept for the connection (migration delivery 0013), made from the
-    statistics of the moment it is made: an empty queue's (a new installation, a quiet night)
-    or a full one's. Both must be the walk of queue_pending_client."""
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE notification_queue")
-        empty = claim_plan(cursor)
-    notifications_insert_bulk(client_id=ClientFactory().id, count=20_000, status="PENDING")
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE notification")
-        cursor.execute("ANALYZE notification_queue")
-        full = claim_plan(cursor)
-    assert empty == full, f"{empty}\n---\n{full}"
-    assert "Seq Scan" not in empty and "Bitmap" not in empty, empty
-    assert "queue_pending_due" not in empty, empty
-    assert "using queue_pending_client" in empty, empty
-
-
-@pytest.mark.django_db
-def test_a_claim_planned_on_an_empty_queue_reads_only_what_it_claims_after_a_burst():
-    """The plan is made while the queue is empty (analyzed so), then a burst of 20,000 due rows
-    arrives for one client, one row for another, not yet analyzed. A claim reads about what it
-    takes, not the burst: a plan that sorted each client's due rows read all 20,000
-    (45 ms a claim, docs/performance.md, "Sixth round")."""
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE notification_queue")
-    for _ in range(8):  # past PL/pgSQL's first calls: the kept plan is made now
-        repo.notification_claim_due(worker="w", limit=100, claim_timeout_s=30)
-    flooder, other = ClientFactory().id, ClientFactory().id
-    for client, count in ((flooder, 20_000), (other, 1)):
-        notifications_insert_bulk(client_id=client, count=count, status="PENDING", attempt_count=0)
-
-    with transaction.atomic(), connection.cursor() as cursor:  # the counters are this transaction's
-        before = _queue_rows_read(cursor)
-        claims = repo.notification_claim_due(worker="w", limit=100, claim_timeout_s=30)
-        read = _queue_rows_read(cursor) - before
-
-    # Two clients with due rows: each may take half the claim; the other has one row.
-    assert len(claims) == 51
-    assert sum(claim.client_id == other for claim in claims) == 1
-    assert read < 1_000, read
+    return "\n".join(row[0] for row in cursor.fetchall())
 
 
 @pytest.mark.django_db
