@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 import threading
 import uuid
 from collections.abc import Sequence
@@ -266,9 +267,17 @@ def _record_from_tuple(row: Sequence[Any]) -> NotificationRecord:
 _checked = threading.local()
 
 
-def _insert_checked(params: dict[str, Any], new: NewNotification) -> NotificationRecord | None:
-    """`notification_create_checked`: the new row (`_record_created`), or None when nothing
-    was inserted.
+def _checked_cursor() -> psycopg.Cursor:
+    connection.ensure_connection()
+    cursor = getattr(_checked, "cursor", None)
+    if cursor is None or cursor.connection is not connection.connection:
+        cursor = _checked.cursor = psycopg.Cursor(connection.connection)
+    return cursor
+
+
+def _send_checked(params: dict[str, Any]) -> Sequence[Any] | None:
+    """`notification_create_checked` on this thread's connection: `_CHOSEN_COLUMNS` of the new
+    row, or None when nothing was inserted.
 
     Not through the SQL gateway: a psycopg cursor costs 66 µs a statement against 110 µs
     through Django's cursor wrapper (docs/performance.md, "Second round: the thin create path").
@@ -276,19 +285,162 @@ def _insert_checked(params: dict[str, Any], new: NewNotification) -> Notificatio
     Sent on a psycopg cursor of Django's connection (same connection, same transaction, same
     type adapters; the thread's, kept) rather than through Django's cursor wrapper,
     django-prometheus' statement counters and the per-request health check (`SELECT 1`), and
-    read by position (the statement returns `_CHOSEN_COLUMNS`): a third of a create's CPU in
-    Python went there (docs/performance.md, Ingest). Parameters are bound by the server,
-    never in a named prepared statement (PgBouncer's transaction mode)."""
-    connection.ensure_connection()
-    cursor = getattr(_checked, "cursor", None)
-    if cursor is None or cursor.connection is not connection.connection:
-        cursor = _checked.cursor = psycopg.Cursor(connection.connection)
+    read by position: a third of a create's CPU in Python went there (docs/performance.md,
+    Ingest). Parameters are bound by the server, never in a named prepared statement
+    (PgBouncer's transaction mode)."""
+    cursor = _checked_cursor()
     try:
         cursor.execute(QUERIES["notification_create_checked"], params, prepare=False, binary=True)
-        row = cursor.fetchone()
+        return cursor.fetchone()
     except psycopg.IntegrityError as exc:
         raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
-    return None if row is None else _record_created(new.client_id, new, row)
+
+
+def _send_checked_many(items: list[dict[str, Any]]) -> list[Sequence[Any] | None]:
+    """`notifications_create_checked_many` on this thread's connection for `items` (no two with
+    the same client and key): each item's `_CHOSEN_COLUMNS`, or None where nothing was
+    inserted, in the items' order."""
+    rows = {}
+    document = json.dumps([{**item, "client_id": str(item["client_id"])} for item in items])
+    cursor = _checked_cursor()
+    cursor.execute(
+        QUERIES["notifications_create_checked_many"],
+        {"items": document},
+        prepare=False,
+        binary=True,
+    )
+    for row in cursor:
+        rows[(row[0], row[1])] = row[2:]
+    return [rows.get((item["client_id"], item["idempotency_key"])) for item in items]
+
+
+class _Waiting:
+    """A create waiting in `CreateCombiner`: its parameters, then its outcome."""
+
+    __slots__ = ("done", "outcome", "params")
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+        self.done = threading.Event()
+        self.outcome: Any = None
+
+
+# Outcomes of a `_Waiting` other than a row or None.
+_LEAD = object()  # this thread sends the next statement, for every create then waiting
+_ALONE = object()  # the gathered statement failed: this thread sends its own create
+
+
+class CreateCombiner:
+    """Sends the checked creates of a process's threads, gathering those that arrive while one
+    of its create statements runs into the next statement.
+
+    A create costs PostgreSQL mostly per statement (its round trip, its function call, its
+    commit and the wake-ups on both sides), not per row: two creates in one statement cost
+    about what one does alone (docs/performance.md, "Fourteenth round"). A thread that finds no
+    statement running sends its own create at once, with the single statement: a process that
+    is not busy waits for nothing. A thread that finds one running waits for it to end; then
+    one waiting thread (the first) sends every create waiting at that moment, at most
+    `max_items`, as one statement on its own connection, and hands each thread its row.
+
+    Each create stays its own: its API key is checked against its own client, no two creates
+    with the same client and key share a statement (the later one is answered "nothing
+    inserted" and goes the long way, which answers it as a replay or a conflict), and if the
+    gathered statement fails, each of its creates is sent again alone by its own thread, so one
+    create's error is never another's. A create inside a transaction (`atomic`) is sent alone
+    on its own connection: its row belongs to that transaction.
+    """
+
+    def __init__(self, *, max_items: int = 64) -> None:
+        self.max_items = max_items
+        self._lock = threading.Lock()
+        self._waiting: list[_Waiting] = []
+        self._sending = False
+
+    def send(self, params: dict[str, Any]) -> Sequence[Any] | None:
+        """`_CHOSEN_COLUMNS` of the row `params` created, or None when nothing was inserted."""
+        if connection.in_atomic_block:
+            return _send_checked(params)
+        waiting = _Waiting(params)
+        with self._lock:
+            self._waiting.append(waiting)
+            lead = not self._sending
+            self._sending = True
+        if not lead:
+            waiting.done.wait()
+            if waiting.outcome is _ALONE:
+                return _send_checked(params)
+            if waiting.outcome is not _LEAD:
+                return waiting.outcome
+        with self._lock:
+            gathered = self._waiting[: self.max_items]
+            del self._waiting[: self.max_items]
+        try:
+            outcomes = self._send(gathered)
+        except BaseException as exc:
+            self._hand_on()
+            for other in gathered:
+                if other is not waiting:
+                    other.outcome = _ALONE
+                    other.done.set()
+            if len(gathered) == 1 or not isinstance(exc, Exception):
+                raise
+            return _send_checked(params)
+        self._hand_on()
+        for each, outcome in zip(gathered, outcomes, strict=True):
+            each.outcome = outcome
+            each.done.set()
+        return waiting.outcome
+
+    def waiting(self) -> int:
+        """How many creates wait for the statement running now to end."""
+        with self._lock:
+            return len(self._waiting)
+
+    def _hand_on(self) -> None:
+        """The first create waiting now sends the next statement; none: the next to come."""
+        with self._lock:
+            if self._waiting:
+                self._waiting[0].outcome = _LEAD
+                self._waiting[0].done.set()
+            else:
+                self._sending = False
+
+    @staticmethod
+    def _send(gathered: list[_Waiting]) -> list[Sequence[Any] | None]:
+        if len(gathered) == 1:
+            return [_send_checked(gathered[0].params)]
+        # A later create with the same client and key is left out: "nothing inserted".
+        keys: set[tuple[uuid.UUID, str]] = set()
+        positions: list[int | None] = []
+        items: list[dict[str, Any]] = []
+        for each in gathered:
+            key = (each.params["client_id"], each.params["idempotency_key"])
+            if key in keys:
+                positions.append(None)
+            else:
+                keys.add(key)
+                positions.append(len(items))
+                items.append(each.params)
+        rows = _send_checked_many(items)
+        return [None if position is None else rows[position] for position in positions]
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting = []
+        self._sending = False
+
+
+CREATE_COMBINER = CreateCombiner()
+# A process forked while one of its threads held the lock or sent a statement has no such
+# thread: the child starts with nobody sending.
+os.register_at_fork(after_in_child=CREATE_COMBINER._reset)
+
+
+def _insert_checked(params: dict[str, Any], new: NewNotification) -> NotificationRecord | None:
+    """The new row of the checked create (`_record_created`), or None when nothing was inserted.
+    Sent through the process's `CREATE_COMBINER`."""
+    chosen = CREATE_COMBINER.send(params)
+    return None if chosen is None else _record_created(new.client_id, new, chosen)
 
 
 def _fetch_created_in_order(

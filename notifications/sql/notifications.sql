@@ -333,3 +333,10 @@ SELECT id, nullif(metadata, '{}'::jsonb), payload, nullif(fallback_channels, '[]
        %(user_id)s, %(template)s, %(payload)s::jsonb, %(fallback_channels)s::jsonb,
        %(delay_seconds)s::integer, %(send_at)s::timestamptz, %(max_attempts)s,
        %(key_prefix)s, %(hashed_key)s);
+
+-- name: notifications_create_checked_many
+-- Several single creates, gathered while another create statement of this process ran
+-- (notifications/repositories.py, `CreateCombiner`), each with its API key checked as
+-- notification_create_checked checks it (migration notifications 0016). Each row answers its
+-- client and key, then `_CHOSEN_COLUMNS`; an item that inserted nothing answers nothing.
+SELECT * FROM notifications_create_checked_many(%(items)s::jsonb);

@@ -1,0 +1,222 @@
+"""Single creates gathered into one statement while another create statement of the process
+runs (notifications/repositories.py, `CreateCombiner`): each create is still its own, with its
+own content, client, API key, idempotency answer and error."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+from django.db import connection, connections, transaction
+from rest_framework.test import APIClient
+
+from clients import authentication
+from clients.models import ClientAPIKey
+from notifications.models import Notification
+from notifications.repositories import CREATE_COMBINER
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "/api/v1/notifications"
+
+
+def body(text: str) -> dict:
+    return {"channel": "email", "recipient": f"{text}@example.com", "body": text}
+
+
+@contextmanager
+def client_row_held(database_url: str, client_id):
+    """The client's row locked FOR UPDATE by another connection: a create's insert goes
+    through, and its commit (the deferred foreign key's FOR KEY SHARE) waits until this ends."""
+    with psycopg.connect(database_url) as other:
+        other.execute("SELECT 1 FROM clients_client WHERE id = %s FOR UPDATE", [client_id])
+        with psycopg.connect(database_url, autocommit=True) as watcher:
+            yield watcher
+        other.rollback()
+
+
+# Backends waiting for a lock (the held create's commit).
+LOCK_WAITS = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.005)
+
+
+def created_while_one_is_held(
+    database_url: str,
+    held_client_id,
+    requests: list[tuple[str, str, dict]],
+    meanwhile: Callable[[], None] = lambda: None,
+) -> list[tuple[int, dict]]:
+    """POSTs each (API key, idempotency key, body) from its own thread and connection: the
+    first create's statement is held at its commit (its client's row locked), the others are
+    sent once it waits there and wait in the process's combiner; then `meanwhile()` runs and
+    the hold ends. Returns (status, answer) per request, in order."""
+    results: list = [None] * len(requests)
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        api_key, key, data = requests[i]
+        http = APIClient()
+        http.credentials(HTTP_AUTHORIZATION=f"Api-Key {api_key}")
+        try:
+            response = http.post(URL, data, format="json", HTTP_IDEMPOTENCY_KEY=key)
+            results[i] = response.status_code, response.json()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
+    with client_row_held(database_url, held_client_id) as holder:
+        threads[0].start()
+        wait_for(lambda: holder.execute(LOCK_WAITS).fetchone()[0] == 1, "the first commit")
+        for thread in threads[1:]:
+            thread.start()
+        wait_for(lambda: CREATE_COMBINER.waiting() == len(requests) - 1, "the others to wait")
+        meanwhile()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert not any(thread.is_alive() for thread in threads)
+    return results
+
+
+def remembered(api_key: str) -> None:
+    """The API key authenticated once by this process: its next creates go the thin way, one
+    checked statement each."""
+    http = APIClient()
+    http.credentials(HTTP_AUTHORIZATION=f"Api-Key {api_key}")
+    warm = http.post(URL, body("warm"), format="json", HTTP_IDEMPOTENCY_KEY="warm-up")
+    assert warm.status_code == 201
+
+
+def created_at(client, key: str):
+    return Notification.objects.get(client=client, idempotency_key=key).created_at
+
+
+def test_creates_that_wait_behind_a_statement_go_in_one_statement_each_with_its_content(
+    acme, make_client, database_url
+):
+    beta = make_client("beta")
+    remembered(acme[1])
+    remembered(beta[1])
+    requests = [(acme[1], "k-0", body("first"))] + [
+        ((acme, beta)[i % 2][1], f"k-{i}", body(f"user{i}")) for i in range(1, 6)
+    ]
+    results = created_while_one_is_held(database_url, acme[0].id, requests)
+
+    assert [status for status, _ in results] == [201] * 6
+    for i, ((_, key, data), (_, answer)) in enumerate(zip(requests, results, strict=True)):
+        client = (acme, beta)[i % 2][0]
+        row = Notification.objects.get(client=client, idempotency_key=key)
+        assert (str(row.id), answer["recipient"]) == (answer["id"], data["recipient"])
+        assert (row.recipient, row.body) == (data["recipient"], data["body"])
+    # One statement for the five that waited: they share its clock, the first has its own.
+    times = {created_at((acme, beta)[i % 2][0], f"k-{i}") for i in range(1, 6)}
+    assert len(times) == 1
+    assert created_at(acme[0], "k-0") not in times
+
+
+def test_creates_with_one_key_in_one_statement_make_one_row_and_answer_as_replays(
+    acme, database_url
+):
+    remembered(acme[1])
+    same, other = body("same"), body("other")
+    requests = [(acme[1], "k-0", body("first"))] + [
+        (acme[1], "dup", data) for data in (same, same, other, same)
+    ]
+    results = created_while_one_is_held(database_url, acme[0].id, requests)
+
+    row = Notification.objects.get(client=acme[0], idempotency_key="dup")
+    answers = results[1:]
+    assert Counter(status for status, _ in answers)[201] == 1
+    for (_, _, data), (status, answer) in zip(requests[1:], answers, strict=True):
+        if data["body"] == row.body:
+            assert status in (200, 201)
+            assert answer["id"] == str(row.id)
+        else:
+            assert (status, answer["error"]["code"]) == (409, "idempotency_key_reused")
+    assert Notification.objects.filter(idempotency_key="dup").count() == 1
+
+
+def test_a_key_revoked_while_its_create_waits_creates_nothing_and_spares_the_others(
+    acme, make_client, database_url
+):
+    beta = make_client("beta")
+    remembered(acme[1])
+    remembered(beta[1])
+    requests = [
+        (acme[1], "k-0", body("first")),
+        (beta[1], "k-1", body("beta1")),
+        (acme[1], "k-2", body("acme2")),
+        (beta[1], "k-3", body("beta3")),
+    ]
+
+    def revoke_beta() -> None:
+        ClientAPIKey.objects.filter(client=beta[0]).update(revoked=True)
+
+    results = created_while_one_is_held(database_url, acme[0].id, requests, revoke_beta)
+
+    assert [status for status, _ in results] == [201, 401, 201, 401]
+    assert not Notification.objects.filter(client=beta[0]).exclude(idempotency_key="warm-up")
+    assert Notification.objects.filter(client=acme[0], idempotency_key="k-2").exists()
+    assert authentication.remembered_key(beta[1].partition(".")[0]) is None
+
+
+@pytest.fixture
+def poison_body():
+    """A table rule the API does not check: a row whose body is 'poison' breaks it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION test_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "RAISE EXCEPTION 'poison' USING ERRCODE = 'check_violation'; END $$; "
+            "CREATE TRIGGER test_poison BEFORE INSERT ON notification FOR EACH ROW "
+            "WHEN (NEW.body = 'poison') EXECUTE FUNCTION test_poison();"
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER test_poison ON notification; DROP FUNCTION test_poison();")
+
+
+def test_a_create_that_fails_the_gathered_statement_fails_alone(acme, database_url, poison_body):
+    remembered(acme[1])
+    requests = [
+        (acme[1], "k-0", body("first")),
+        (acme[1], "k-1", body("fine1")),
+        (acme[1], "k-2", body("poison")),
+        (acme[1], "k-3", body("fine3")),
+    ]
+    results = created_while_one_is_held(database_url, acme[0].id, requests)
+
+    assert [status for status, _ in results] == [201, 201, 400, 201]
+    assert "breaks a table rule" in results[2][1]["error"]["message"]
+    keys = set(
+        Notification.objects.filter(client=acme[0]).values_list("idempotency_key", flat=True)
+    )
+    assert keys == {"warm-up", "k-0", "k-1", "k-3"}
+    # Sent again one by one: each has its own statement's clock.
+    assert created_at(acme[0], "k-1") != created_at(acme[0], "k-3")
+
+
+def test_a_create_inside_a_transaction_is_sent_on_its_own_connection(acme):
+    """A row written in a transaction belongs to it: never sent by another thread."""
+    remembered(acme[1])
+    http = APIClient()
+    http.credentials(HTTP_AUTHORIZATION=f"Api-Key {acme[1]}")
+    with transaction.atomic():
+        assert (
+            http.post(URL, body("inside"), format="json", HTTP_IDEMPOTENCY_KEY="in").status_code
+            == 201
+        )
+        transaction.set_rollback(True)
+    assert not Notification.objects.filter(idempotency_key="in").exists()
