@@ -8,9 +8,12 @@ exception) reach Django's error handlers, which answer in the same format under 
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+import psycopg
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
@@ -112,9 +115,29 @@ def api_bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     return error_response(400, "bad_request", "The request could not be read.")
 
 
+# The request's database session was lost or refused (terminated, restarted, out of
+# connections, a deadlock or timeout it was cancelled for): nothing was committed by the
+# statement that failed, and the same request sent again can succeed.
+_DATABASE_UNAVAILABLE = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+RETRY_AFTER_S = 1
+
+
 def api_server_error(request: HttpRequest) -> HttpResponse:
     """handler500: under /api/, a JSON 500 that says nothing about the failure (the traceback
-    is in the server's log, under the `django.request` logger)."""
+    is in the server's log, under the `django.request` logger), or a 503 with `Retry-After`
+    when the request lost its database session: a client retries that, with the same
+    idempotency key."""
     if not _is_api(request):
         return defaults.server_error(request)
+    if isinstance(sys.exc_info()[1], _DATABASE_UNAVAILABLE):
+        response = error_response(
+            503, "database_unavailable", "The database could not be reached; try again."
+        )
+        response["Retry-After"] = str(RETRY_AFTER_S)
+        return response
     return error_response(500, "server_error", "Something went wrong on our side.")

@@ -4,8 +4,8 @@ Views document their own answers (201, 409, 422...). Some answers come from laye
 request passes through, so each operation gets them here unless it describes them itself:
 400 (a NUL in the path, query or a header is refused before any view), 401 (no or a wrong
 key), 404 (an id in the path that names nothing of yours), 406 (an Accept header without
-JSON), 413 (a body over the size cap), 415 (a body that is not JSON) and 429 (the per-client
-request throttle). The HTTP server itself (gunicorn) refuses a request line over 4,094 bytes
+JSON), 413 (a body over the size cap), 415 (a body that is not JSON), 429 (the per-client
+request throttle) and 503 (the request lost its database session: send it again). The HTTP server itself (gunicorn) refuses a request line over 4,094 bytes
 with 414 and headers over its limits with 431, before the API sees them, in its own HTML.
 A drf-spectacular postprocessing hook.
 """
@@ -50,6 +50,12 @@ def common_error_responses(operation: dict[str, Any], path: str) -> dict[str, di
         "429": _error(
             "Too many requests from your client in this window (or, on creates, your "
             "PENDING backlog is over its limit).",
+            headers=RETRY_AFTER,
+        ),
+        "503": _error(
+            "The database could not be reached (its session was lost); nothing of this "
+            "request was committed by the failed statement. Send it again; a create with "
+            "the same Idempotency-Key answers the row if an earlier try made it.",
             headers=RETRY_AFTER,
         ),
     }

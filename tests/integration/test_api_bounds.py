@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 from django.urls import get_resolver
 from rest_framework.test import APIClient
@@ -216,6 +217,23 @@ def test_an_unexpected_500_under_api_is_json_without_details(rf):
     response = handler(rf.get("/api/v1/notifications"))
     assert response.status_code == 500
     assert json.loads(response.content)["error"]["code"] == "server_error"
+
+
+def test_a_request_that_lost_its_database_session_is_a_503_to_retry(rf, database_url):
+    """What psycopg raises for a session the server terminated, answered by the handler Django
+    calls for an exception no view caught (the gunicorn test in test_create_combiner.py loses
+    sessions mid-request)."""
+    handler = get_resolver().resolve_error_handler(500)
+    lost = psycopg.connect(database_url, autocommit=True)
+    try:
+        lost.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+    except psycopg.OperationalError:
+        response = handler(rf.get("/api/v1/notifications"))
+    finally:
+        lost.close()
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+    assert json.loads(response.content)["error"]["code"] == "database_unavailable"
 
 
 def test_errors_outside_api_keep_djangos_pages(http):

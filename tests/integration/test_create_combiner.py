@@ -4,6 +4,9 @@ own content, client, API key, idempotency answer and error."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import random
 import threading
 import time
 from collections import Counter
@@ -19,6 +22,7 @@ from clients import authentication
 from clients.models import ClientAPIKey
 from notifications.models import Notification
 from notifications.repositories import CREATE_COMBINER
+from tests.support.gunicorn_server import gunicorn_environment, gunicorn_serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -220,3 +224,97 @@ def test_a_create_inside_a_transaction_is_sent_on_its_own_connection(acme):
         )
         transaction.set_rollback(True)
     assert not Notification.objects.filter(idempotency_key="in").exists()
+
+
+def post_creates(port: int, api_key: str, requests: list[tuple[str, str]]) -> list[tuple]:
+    """POSTs each (idempotency key, text) on one keep-alive connection; (key, text, status,
+    answer) for each."""
+    answers = []
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        for key, text in requests:
+            conn.request(
+                "POST",
+                URL,
+                body=json.dumps(body(text)),
+                headers={
+                    "Authorization": f"Api-Key {api_key}",
+                    "Idempotency-Key": key,
+                    "Content-Type": "application/json",
+                },
+            )
+            response = conn.getresponse()
+            answers.append((key, text, response.status, json.loads(response.read())))
+    finally:
+        conn.close()
+    return answers
+
+
+@pytest.mark.slow
+def test_creates_under_load_with_the_apis_sessions_killed_keep_one_row_a_key(acme, database_url):
+    """gunicorn, one process of eight threads; eight clients create on keep-alive connections
+    with 40 keys they share and two bodies (so replays and conflicts meet in gathered
+    statements), while another connection terminates the API's database sessions every 50 ms.
+    Every answer is 201, 200, 409, or 503 for a request that lost its session, never a 500;
+    sent again once the sessions are left alone, each 503 is answered. Each key has one row:
+    one 201 names it, every 200 names it with its body, every 409 had another body."""
+    keys = [f"shared-{n}" for n in range(40)]
+    plans = [
+        [(chooser.choice(keys), chooser.choice(("one", "two"))) for _ in range(40)]
+        for chooser in map(random.Random, range(8))
+    ]
+    answers: list[tuple] = []
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def client(plan: list[tuple[str, str]]) -> None:
+        try:
+            answers.extend(post_creates(port, acme[1], plan))
+        except BaseException as exc:
+            failures.append(exc)
+
+    def killer() -> None:
+        with psycopg.connect(database_url, autocommit=True) as other:
+            while not stop.wait(0.05):
+                other.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND backend_type = 'client backend' "
+                    "AND pid <> pg_backend_pid() AND pid <> %s",
+                    [own_pid],
+                )
+
+    connection.ensure_connection()
+    own_pid = connection.connection.info.backend_pid  # this test's session
+    env = gunicorn_environment(DATABASE_URL=database_url, NOTIFYQUEUE_API_RATE_LIMIT="0")
+    with gunicorn_serving(env, workers=1, threads=8) as base:
+        port = int(base.rsplit(":", 1)[1])
+        clients = [threading.Thread(target=client, args=(plan,)) for plan in plans]
+        killing = threading.Thread(target=killer)
+        killing.start()
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join(120)
+        stop.set()
+        killing.join(30)
+        lost = [(key, text) for key, text, status, _ in answers if status == 503]
+        again = post_creates(port, acme[1], lost)
+
+    assert not failures, failures
+    statuses = Counter(status for *_, status, _ in answers)
+    assert sum(statuses.values()) == 8 * 40
+    assert statuses.keys() <= {200, 201, 409, 503}, statuses
+    assert statuses[503], "no session was lost mid-request: nothing was tested"
+    assert Counter(status for *_, status, _ in again).keys() <= {200, 201, 409}
+    rows = {
+        row.idempotency_key: row
+        for row in Notification.objects.filter(client=acme[0], idempotency_key__in=keys)
+    }
+    answered = [answer for answer in answers + again if answer[2] != 503]
+    for key, text, status, answer in answered:
+        if status in (200, 201):
+            assert (answer["id"], rows[key].body) == (str(rows[key].id), text)
+        else:
+            assert rows[key].body != text
+    created = Counter(key for key, _, status, _ in answered if status == 201)
+    assert set(created.values()) <= {1}

@@ -15,7 +15,7 @@ def test_schema_lists_every_notification_endpoint_with_its_answers():
     paths = schema["paths"]
     # Besides its own answers, every operation documents those of the layers every request
     # passes (notifyqueue/openapi.py): COMMON; with a body, BODY; with a path parameter, 404.
-    common = {"400", "401", "406", "414", "429", "431"}
+    common = {"400", "401", "406", "414", "429", "431", "503"}
     body = {"413", "415"}
     expected = {
         ("/api/v1/notifications", "post"): common | body | {"200", "201", "403", "409", "422"},

@@ -10,9 +10,9 @@ def test_schema_lists_the_templates_preferences_and_inbox_endpoints_with_example
     response = APIClient().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     paths = response.json()["paths"]
     # Every operation can also answer 400 (NUL in a header), 406, 414/431 (gunicorn), 429
-    # (throttle) and, with a path parameter, 404; one with a body 413 and 415
-    # (notifyqueue/openapi.py).
-    READ = {"200", "400", "401", "404", "406", "414", "429", "431"}
+    # (throttle), 503 (its database session lost) and, with a path parameter, 404; one with a
+    # body 413 and 415 (notifyqueue/openapi.py).
+    READ = {"200", "400", "401", "404", "406", "414", "429", "431", "503"}
     WRITE = READ | {"201", "413", "415"}
     expected = {
         ("/api/v1/templates/{event}/{channel}", "put"): WRITE,

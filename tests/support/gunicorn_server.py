@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -52,11 +53,17 @@ def gunicorn_serving(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    # Read as it comes: a server that logs more than a pipe holds (tracebacks) would block.
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(process.stdout), daemon=True)
+    reader.start()
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert process.poll() is None, process.communicate()[0]
+            if process.poll() is not None:
+                reader.join(10)
+                raise AssertionError("".join(printed))
             assert time.monotonic() < deadline, "gunicorn did not start"
             try:
                 with urllib.request.urlopen(f"{base}/status", timeout=2):
@@ -68,7 +75,9 @@ def gunicorn_serving(
         yield base
     finally:
         process.send_signal(signal.SIGTERM)
-        printed, _ = process.communicate(timeout=30)
+        process.wait(timeout=30)
+        reader.join(10)
+        process.stdout.close()
     if output is not None:
-        output.append(printed)
-    assert process.returncode == 0, printed
+        output.append("".join(printed))
+    assert process.returncode == 0, "".join(printed)
