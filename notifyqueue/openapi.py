@@ -5,8 +5,9 @@ request passes through, so each operation gets them here unless it describes the
 400 (a NUL in the path, query or a header is refused before any view), 401 (no or a wrong
 key), 404 (an id in the path that names nothing of yours), 406 (an Accept header without
 JSON), 413 (a body over the size cap), 415 (a body that is not JSON), 429 (the per-client
-request throttle) and 503 (the request lost its database session: send it again). The HTTP server itself (gunicorn) refuses a request line over 4,094 bytes
-with 414 and headers over its limits with 431, before the API sees them, in its own HTML.
+request throttle) and 503 (the request lost its database session: send it again). The HTTP
+server itself (gunicorn) refuses a request line over 4,094 bytes with 414 and headers over its
+limits with 431, before the API sees them, in its own HTML.
 A drf-spectacular postprocessing hook.
 """
 

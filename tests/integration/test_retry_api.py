@@ -286,7 +286,7 @@ def test_schema_documents_both_retry_endpoints_with_their_answers_and_examples()
     schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     single = schema["paths"]["/api/v1/notifications/{notification_id}/retry"]["post"]
     bulk = schema["paths"]["/api/v1/notifications/retry"]["post"]
-    common = {"400", "401", "403", "406", "414", "429", "431"}
+    common = {"400", "401", "403", "406", "414", "429", "431", "503"}
     assert set(single["responses"]) == common | {"200", "404", "409"}
     assert set(bulk["responses"]) == common | {"200", "413", "415"}
     assert bulk["requestBody"]["content"]["application/json"]["examples"]
