@@ -69,12 +69,8 @@ def created_while_one_is_held(
     errors: list[BaseException] = []
 
     def one(i: int) -> None:
-        api_key, key, data = requests[i]
-        http = APIClient()
-        http.credentials(HTTP_AUTHORIZATION=f"Api-Key {api_key}")
         try:
-            response = http.post(URL, data, format="json", HTTP_IDEMPOTENCY_KEY=key)
-            results[i] = response.status_code, response.json()
+            results[i] = post_one(*requests[i])
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -93,6 +89,13 @@ def created_while_one_is_held(
     assert not errors, errors
     assert not any(thread.is_alive() for thread in threads)
     return results
+
+
+def post_one(api_key: str, key: str, data: dict) -> tuple[int, dict]:
+    http = APIClient()
+    http.credentials(HTTP_AUTHORIZATION=f"Api-Key {api_key}")
+    response = http.post(URL, data, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    return response.status_code, response.json()
 
 
 def remembered(api_key: str) -> None:
@@ -175,6 +178,58 @@ def test_a_key_revoked_while_its_create_waits_creates_nothing_and_spares_the_oth
     assert not Notification.objects.filter(client=beta[0]).exclude(idempotency_key="warm-up")
     assert Notification.objects.filter(client=acme[0], idempotency_key="k-2").exists()
     assert authentication.remembered_key(beta[1].partition(".")[0]) is None
+
+
+def test_a_gathered_create_that_waits_on_another_transaction_holds_up_no_other_client(
+    acme, make_client, database_url
+):
+    """A create whose key another transaction is inserting waits for that transaction. In a
+    gathered statement it gives up after the function's lock_timeout (migration notifications
+    0017), and every create in it goes alone: the other client's are answered while that
+    transaction is still open."""
+    beta, gamma = make_client("beta"), make_client("gamma")
+    for _, api_key in (acme, beta, gamma):
+        remembered(api_key)
+    prefix, hashed = ClientAPIKey.objects.filter(client=acme[0]).values_list(
+        "prefix", "hashed_key"
+    )[0]
+    requests = [
+        (gamma[1], "k-0", body("first")),  # held at its commit: the others gather behind it
+        (acme[1], "taken", body("acme")),
+        (beta[1], "k-1", body("beta1")),
+        (beta[1], "k-2", body("beta2")),
+    ]
+    results: list = [None] * len(requests)
+
+    def one(i: int) -> None:
+        try:
+            results[i] = post_one(*requests[i])
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
+    with psycopg.connect(database_url) as inserting:
+        # Another transaction inserts acme's key "taken" and stays open.
+        inserting.execute(
+            "SELECT notification_create_checked(%s, 'taken', 'other', 'email', "
+            "'x@example.com', '', 'b', 1, '{}', NULL, NULL, NULL, '[]', NULL, NULL, 5, %s, %s)",
+            [acme[0].id, prefix, hashed],
+        )
+        with client_row_held(database_url, gamma[0].id) as watcher:
+            threads[0].start()
+            wait_for(lambda: watcher.execute(LOCK_WAITS).fetchone()[0] == 1, "the commit")
+            for thread in threads[1:]:
+                thread.start()
+            wait_for(lambda: CREATE_COMBINER.waiting() == 3, "the others to wait")
+        for thread in threads[2:]:
+            thread.join(10)
+        beta_answers = [results[i] and results[i][0] for i in (2, 3)]
+        assert beta_answers == [201, 201], "beta's creates waited for acme's open insert"
+        assert threads[1].is_alive(), "acme's create did not wait for the open insert"
+        inserting.rollback()
+    for thread in threads:
+        thread.join(30)
+    assert [status for status, _ in results] == [201, 201, 201, 201]
 
 
 @pytest.fixture
