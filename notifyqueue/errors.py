@@ -116,8 +116,9 @@ def api_bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 # The request's database session was lost or refused (terminated, restarted, out of
-# connections, a deadlock or timeout it was cancelled for): nothing was committed by the
-# statement that failed, and the same request sent again can succeed.
+# connections, a deadlock or timeout it was cancelled for). The same request sent again can
+# succeed; a session lost after its commit but before the answer may have written it, so a
+# create is sent again with the same idempotency key (answered as a replay).
 _DATABASE_UNAVAILABLE = (
     OperationalError,
     InterfaceError,
