@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import threading
 import time
@@ -264,18 +265,55 @@ def test_a_create_that_fails_the_gathered_statement_fails_alone(acme, database_u
     assert created_at(acme[0], "k-1") != created_at(acme[0], "k-3")
 
 
-def test_a_create_inside_a_transaction_is_sent_on_its_own_connection(acme):
-    """A row written in a transaction belongs to it: never sent by another thread."""
+def test_a_create_inside_a_transaction_is_sent_on_its_own_connection(
+    acme, make_client, database_url
+):
+    """A row written in a transaction belongs to it: it never waits in the combiner to be sent
+    by another thread's connection. With another create of the process held at its commit,
+    a create inside `atomic` is answered at once, and the transaction's rollback removes it."""
+    gamma = make_client("gamma")
     remembered(acme[1])
-    http = APIClient()
-    http.credentials(HTTP_AUTHORIZATION=f"Api-Key {acme[1]}")
-    with transaction.atomic():
-        assert (
-            http.post(URL, body("inside"), format="json", HTTP_IDEMPOTENCY_KEY="in").status_code
-            == 201
-        )
-        transaction.set_rollback(True)
+    remembered(gamma[1])
+    outcome: list = []
+
+    def held() -> None:
+        try:
+            post_one(gamma[1], "held", body("held"))
+        finally:
+            connections.close_all()
+
+    def inside() -> None:
+        try:
+            with transaction.atomic():
+                outcome.append(post_one(acme[1], "in", body("inside"))[0])
+                transaction.set_rollback(True)
+        finally:
+            connections.close_all()
+
+    holding, creating = threading.Thread(target=held), threading.Thread(target=inside)
+    with client_row_held(database_url, gamma[0].id) as watcher:
+        holding.start()
+        wait_for(lambda: watcher.execute(LOCK_WAITS).fetchone()[0] == 1, "the held commit")
+        creating.start()
+        creating.join(10)
+        assert outcome == [201], "the create inside a transaction waited for another's statement"
+    holding.join(30)
+    creating.join(30)
     assert not Notification.objects.filter(idempotency_key="in").exists()
+
+
+def test_a_process_forked_while_a_create_is_sent_starts_with_nobody_sending(acme):
+    """gunicorn forks its workers: a child must not inherit a parent's create in flight, or
+    every create of the child would wait for a statement that never ends."""
+    CREATE_COMBINER._sending = True  # as while a parent's thread sends a statement
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if CREATE_COMBINER.waiting() == 0 and not CREATE_COMBINER._sending else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        CREATE_COMBINER._sending = False
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def post_creates(port: int, api_key: str, requests: list[tuple[str, str]]) -> list[tuple]:
