@@ -19,7 +19,8 @@ threads (a proxy with a large pool) the worker is gthread.
 
 Its answers go out in one write: gunicorn writes an answer's headers, then its body, two
 segments on the wire for an answer that fits in one, each a wake-up for the client and work
-the kernel charges to the sender (`OneWriteResponse`).
+the kernel charges to the sender (`OneWriteResponse`). Their Date header is formatted once a
+second, not for every answer (`http_date_now`).
 
 Each worker process reads its settings as plain attributes, copied when it starts
 (`config_freeze`): gunicorn's `Config` answers every read through `__getattr__`.
@@ -28,6 +29,7 @@ Each worker process reads its settings as plain attributes, copied when it start
 from __future__ import annotations
 
 import select
+import time
 
 from gunicorn import util
 from gunicorn.config import Config
@@ -93,6 +95,25 @@ class OneWriteResponse(wsgi.Response):
     _hold = False
     _held: bytes | None = None
 
+    def default_headers(self):
+        # gunicorn's own (wsgi.Response.default_headers), with the Date of `http_date_now`.
+        if self.upgrade:
+            connection = "upgrade"
+        elif self.should_close():
+            connection = "close"
+        else:
+            connection = "keep-alive"
+        major, minor = self.req.version
+        headers = [
+            f"HTTP/{major}.{minor} {self.status}\r\n",
+            f"Server: {self.version}\r\n",
+            f"Date: {http_date_now()}\r\n",
+            f"Connection: {connection}\r\n",
+        ]
+        if self.chunked:
+            headers.append("Transfer-Encoding: chunked\r\n")
+        return headers
+
     def send_headers(self):
         if not self._hold or self.headers_sent:
             return super().send_headers()
@@ -124,6 +145,23 @@ class OneWriteResponse(wsgi.Response):
         if self.chunked:
             data = b"%X\r\n%s\r\n" % (len(data), data)
         self.sock.sendall(held + data)
+
+
+# The second `http_date_now` last formatted, and its Date. Two threads crossing into a new second
+# may both format it; either's value is the same.
+_date_now: tuple[int, str] = (0, "")
+
+
+def http_date_now() -> str:
+    """The Date header's value for now (RFC 9110's IMF-fixdate, whole seconds), formatted at
+    most once a second: gunicorn's `util.http_date()` formats it with `email.utils` for every
+    answer, about 3 % of the API's Python under load (docs/performance.md, "Fifteenth
+    round")."""
+    global _date_now
+    second = int(time.time())
+    if _date_now[0] != second:
+        _date_now = (second, util.http_date(second))
+    return _date_now[1]
 
 
 # gunicorn builds every HTTP/1 answer from this name (`wsgi.create`; HTTP/2 passes its own

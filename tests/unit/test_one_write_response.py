@@ -9,18 +9,24 @@ and every `recv` reads exactly one: the records read are the writes made.
 from __future__ import annotations
 
 import socket
+import time
+import types
 from collections.abc import Callable
 
 import pytest
+from gunicorn import util
 from gunicorn.config import Config
 from gunicorn.http import wsgi
 from gunicorn.http.parser import RequestParser
 
-from notifyqueue.gunicorn_worker import ONE_WRITE_MAX_BYTES, OneWriteResponse
+from notifyqueue import gunicorn_worker
+from notifyqueue.gunicorn_worker import ONE_WRITE_MAX_BYTES, OneWriteResponse, http_date_now
 
 BODY = b'{"id": "0190a0b2-0000-7000-8000-000000000000", "status": "PENDING"}'
 GET = b"GET /api/v1/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 HEAD = b"HEAD /api/v1/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+CLOSE = b"GET /api/v1/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+HTTP_1_0 = b"GET /api/v1/notifications HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
 LARGE = b"x" * (ONE_WRITE_MAX_BYTES + 1)
 # gunicorn's own response class (`wsgi.Response` names ours once the worker module is loaded).
 GUNICORN_RESPONSE = OneWriteResponse.__base__
@@ -83,6 +89,8 @@ CASES = {
         body_in_three,
     ),
     "chunked": (GET, "200 OK", [], body_in_three),
+    "a client closing": (CLOSE, "200 OK", [("Content-Length", str(len(BODY)))], body_in_one),
+    "HTTP/1.0": (HTTP_1_0, "200 OK", [("Content-Length", str(len(BODY)))], body_in_one),
     "a HEAD request": (HEAD, "200 OK", [("Content-Length", str(len(BODY)))], body_in_one),
     "no body": (GET, "204 No Content", [], nothing),
     "an empty write": (GET, "200 OK", [("Content-Length", "0")], lambda r: r.write(b"")),
@@ -131,6 +139,30 @@ def test_an_answer_without_body_bytes_still_sends_its_headers_once():
 
         assert len(records) == 1, case
         assert records[0].endswith(b"\r\n\r\n"), case
+
+
+def test_the_date_is_the_one_gunicorn_writes_for_this_second():
+    before = int(time.time())
+    records = writes(OneWriteResponse, *CASES["a known length, one write"])
+    after = int(time.time())
+
+    dates = [line for line in records[0].split(b"\r\n") if line.startswith(b"Date: ")]
+    assert len(dates) == 1
+    assert dates[0].decode() in {f"Date: {util.http_date(s)}" for s in range(before, after + 1)}
+
+
+def test_the_date_moves_on_with_each_second(monkeypatch):
+    now = [1_000_000_000.25]
+    monkeypatch.setattr(gunicorn_worker, "time", types.SimpleNamespace(time=lambda: now[0]))
+
+    first = http_date_now()
+    now[0] = 1_000_000_000.99
+    same = http_date_now()
+    now[0] = 1_000_000_001.0
+    following = http_date_now()
+
+    assert first == same == util.http_date(1_000_000_000) == "Sun, 09 Sep 2001 01:46:40 GMT"
+    assert following == util.http_date(1_000_000_001)
 
 
 def test_gunicorn_builds_its_answers_with_it_once_the_worker_module_is_loaded():
