@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -372,6 +373,71 @@ def test_a_slow_backlog_count_is_spaced_out_in_proportion(repo):
     clock.now += 0.1 * services.BACKLOG_COUNT_SHARE
     create(slow, key="k-2", backlog=backlog)
     assert slow.pending_counts == 2
+
+
+def test_while_one_thread_recounts_the_others_check_the_figure_they_have(repo):
+    clock = FakeMonotonic()
+    counting, release = threading.Event(), threading.Event()
+
+    class HeldCount(InMemoryNotificationRepository):
+        hold = False
+
+        def pending_count(self, *, client_id, limit):
+            if self.hold:
+                counting.set()
+                assert release.wait(10)
+            return super().pending_count(client_id=client_id, limit=limit)
+
+    held = HeldCount()
+    backlog = services.ClientBacklog(clock=clock)
+    for n in range(2):
+        create(held, key=f"k-{n}", max_pending=1, backlog=backlog)
+    clock.now += services.BACKLOG_RECOUNT_S
+    held.hold = True
+    outcomes = []
+
+    def recount():
+        try:
+            create(held, key="k-2", max_pending=1, backlog=backlog)
+        except TooManyPending as exc:
+            outcomes.append(exc)
+
+    recounter = threading.Thread(target=recount)
+    recounter.start()
+    try:
+        assert counting.wait(10)
+        # The figure says 2 of at most 1: the others are refused from it while the count runs.
+        with pytest.raises(TooManyPending):
+            create(held, key="k-3", max_pending=1, backlog=backlog)
+        assert held.pending_counts == 1  # the held recount has not reached it yet
+    finally:
+        release.set()
+        recounter.join(10)
+    assert held.pending_counts == 2
+    assert len(outcomes) == 1 and len(held.rows) == 2
+
+
+def test_a_recount_that_failed_is_made_by_the_next_create(repo):
+    clock = FakeMonotonic()
+
+    class FailingOnce(InMemoryNotificationRepository):
+        fail = False
+
+        def pending_count(self, *, client_id, limit):
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("connection lost")
+            return super().pending_count(client_id=client_id, limit=limit)
+
+    failing = FailingOnce()
+    backlog = services.ClientBacklog(clock=clock)
+    create(failing, key="k-0", max_pending=2, backlog=backlog)
+    clock.now += services.BACKLOG_RECOUNT_S
+    failing.fail = True
+    with pytest.raises(RuntimeError):
+        create(failing, key="k-1", max_pending=2, backlog=backlog)
+    assert create(failing, key="k-1", max_pending=2, backlog=backlog).created is True
+    assert failing.pending_counts == 2
 
 
 def test_a_changed_limit_is_counted_afresh(repo):
