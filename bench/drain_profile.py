@@ -75,6 +75,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--history", type=int, default=0)
     parser.add_argument(
+        "--deleted",
+        type=int,
+        default=0,
+        help="PENDING rows created, then deleted (and the tables vacuumed) before the drain: "
+        "the queue's high-water mark, as after a backlog was cancelled or purged",
+    )
+    parser.add_argument(
         "--py-spy",
         metavar="DIR",
         type=Path,
@@ -92,6 +99,9 @@ def main() -> None:
         (client_id,) = conn.execute("SELECT id FROM clients_client WHERE name = 'bench'").fetchone()
         conn.execute(f"ALTER DATABASE {database} SET track_functions = 'all'")
     rows = harness.Rows(server, str(client_id))
+    if args.deleted:
+        rows.create("deleted", args.deleted)
+        rows.delete_except(())
     if args.history:
         rows.finished_create("history", args.history)
     rows.create("drain", args.rows)

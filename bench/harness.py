@@ -724,10 +724,16 @@ class Rows:
         ones: a drain that never reaches 0 stops the benchmark), so a poll costs the backlog,
         not a look-up of each waiting row in the record. Older versions: the record, by key."""
         if self.queue_table:
+            # Two counts, each on its partial index: with both statuses in one condition no
+            # index serves it, and the queue's heap keeps its high-water mark (VACUUM never
+            # truncates it), so after the 1,000,000-row backlog each poll read 113 MB of empty
+            # pages, 15 ms of a core every 50 ms taken from the drain measured.
             return self.poll.count(
-                "SELECT count(*) FROM notification_queue WHERE client_id = %s "
-                "AND status IN ('PENDING', 'PROCESSING')",
-                [self.client_id],
+                "SELECT (SELECT count(*) FROM notification_queue"
+                "        WHERE client_id = %(client)s AND status = 'PENDING')"
+                "     + (SELECT count(*) FROM notification_queue"
+                "        WHERE client_id = %(client)s AND status = 'PROCESSING')",
+                {"client": self.client_id},
             )
         return self.poll.count(
             "SELECT count(*) FROM notification WHERE idempotency_key LIKE %s "
