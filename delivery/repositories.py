@@ -240,7 +240,9 @@ class DeliveryRepository:
         planner counts fewer than `queue_rows` rows in it; returns their names. One worker at
         a time (a transaction-scoped advisory lock; the others skip). ANALYZE reads a
         fixed-size sample, so its cost does not grow with the table; a small one
-        (`statistics_sample_small`), as this runs on the worker's loop."""
+        (`statistics_sample_small`), as this runs on the worker's loop. A table another
+        holds (autovacuum working on it) is skipped, not waited for (its name is still
+        returned): it stays stale, and a later check finds it again."""
         with transaction.atomic():
             if not SQL.scalar("statistics_refresh_lock"):
                 return []

@@ -224,14 +224,20 @@ ORDER BY s.relname;
 -- round"). Autovacuum's own ANALYZE still takes the full sample.
 SET LOCAL default_statistics_target = 10;
 
+-- The refresh's ANALYZEs skip a table whose lock another holds: autovacuum holds the same lock
+-- (SHARE UPDATE EXCLUSIVE) while it works on a table, for seconds on a large one, and an
+-- ANALYZE waiting for it held the worker's loop until autovacuum was cancelled, a deadlock
+-- timeout (1 s) later: one latency repeat had p99 737 ms (docs/performance.md, "Fifteenth
+-- round"). Skipped, the table is refreshed at a later check, or by autovacuum's own ANALYZE.
+
 -- name: analyze_notification_queue
-ANALYZE notification_queue;
+ANALYZE (SKIP_LOCKED) notification_queue;
 
 -- name: analyze_ratelimit_delivery
-ANALYZE ratelimit_delivery;
+ANALYZE (SKIP_LOCKED) ratelimit_delivery;
 
 -- name: analyze_delivery_attempt
-ANALYZE delivery_attempt;
+ANALYZE (SKIP_LOCKED) delivery_attempt;
 
 -- name: worker_heartbeat_upsert
 -- `waiting` restates the worker's wake-up mark, in case another worker took it for a dead

@@ -639,6 +639,35 @@ def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check():
             cursor.execute("ALTER TABLE notification_queue RESET (autovacuum_enabled)")
 
 
+def test_the_statistics_refresh_skips_a_table_autovacuum_holds_instead_of_waiting(
+    database_url,
+):
+    """Autovacuum holds SHARE UPDATE EXCLUSIVE on the table it works on, for seconds on a large
+    one, and an ANALYZE needs the same lock: the refresh runs on the worker's loop, so it must
+    skip that table, not wait. Here another connection holds the lock for 5 s."""
+    import psycopg
+
+    worker = worker_build()
+    with psycopg.connect(database_url) as other:
+        other.execute("ANALYZE notification_queue")  # so its row count can be found stale
+        other.commit()
+        other.execute("LOCK TABLE notification_queue IN SHARE UPDATE EXCLUSIVE MODE")
+        releaser = threading.Timer(5.0, other.rollback)
+        releaser.start()
+        try:
+            started = time.monotonic()
+            # The queue is stale: the planner counts fewer rows in it than a claim just took.
+            stale = worker.repository.statistics_refresh(
+                changes=1_000_000, fraction=1.0, queue_rows=1_000_000
+            )
+            took = time.monotonic() - started
+        finally:
+            releaser.cancel()  # the lock goes with the connection
+            releaser.join()
+    assert stale == ["notification_queue"]
+    assert took < 2.0, f"the refresh waited {took:.1f} s for the lock"
+
+
 def test_a_burst_after_a_quiet_spell_has_the_queue_analyzed_before_its_second_claim(
     close_workers,
 ):
