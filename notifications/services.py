@@ -288,10 +288,11 @@ class ClientBacklog:
         if pending is None or aged is not None:
             try:
                 counted = repository.pending_count(client_id=client_id, limit=limit + 1)
-            finally:
-                if aged is not None:
+            except BaseException:
+                if aged is not None:  # the next create recounts (a count replaces the figure)
                     with self._lock:
                         aged.recounting = False
+                raise
             took = self._clock() - now
             recount_at = now + max(BACKLOG_RECOUNT_S, took * BACKLOG_COUNT_SHARE)
             with self._lock:
