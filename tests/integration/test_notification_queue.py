@@ -11,7 +11,7 @@ import re
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from delivery.repositories import DeliveryRepository, Finish
 from notifications.models import Notification, Status
@@ -215,3 +215,46 @@ def test_vacuum_leaves_the_hot_tables_their_empty_pages(database_url):
         "ratelimit_delivery",
         "clients_request_window",
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_burst_has_left_the_queue_a_claim_and_a_finish_scan_none_of_it(database_url):
+    """A burst drained leaves the queue its pages (VACUUM does not truncate it, above) and its
+    indexes their pages, around a handful of live rows. From those figures the planner
+    priced a look-up of a few ids in the primary key above a read of the whole table, and
+    the queue triggers' DELETE by id read every page of it on each claim and each finish:
+    32-95 ms a statement with 113 MB left by a 1,000,000-row backlog, p99 309 ms in the
+    benchmark's latency run at 200/s (docs/performance.md, "Sixteenth round")."""
+    client = ClientFactory()
+    notifications_insert_bulk(client_id=client.id, count=20_000, status="PENDING")
+    Notification.objects.filter(client=client).update(status=Status.SENT)  # the burst leaves
+    for _ in range(3):  # what waits afterwards: a few rows (from 2 to 7 gave the plan)
+        NotificationFactory(client=client)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE notification_queue")
+        pages, rows = conn.execute(
+            "SELECT relpages, reltuples FROM pg_class WHERE relname = 'notification_queue'"
+        ).fetchone()
+    assert pages > 200 and rows == 3, (pages, rows)
+
+    def queue_scans() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_get_xact_numscans('notification_queue'::regclass)")
+            return cursor.fetchone()[0]
+
+    DbClock().advance(1)
+    with transaction.atomic():  # the counter is this transaction's
+        before = queue_scans()
+        claims = delivery.notification_claim_due(worker="w", limit=10, claim_timeout_s=30)
+        delivery.notification_finish(
+            [
+                Finish(id=c.id, claim_token=c.claim_token, status="SENT", outcome="SENT")
+                for c in claims
+            ]
+        )
+        scans = queue_scans() - before
+    assert len(claims) == 3
+    assert scans == 0
+    assert queue_rows() == []
+    assert_queue_mirrors_the_record()
+    assert Notification.objects.exclude(status=Status.SENT).count() == 0
