@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
@@ -235,6 +236,16 @@ def test_claim_plan_reads_the_partial_pending_index():
         plan = claim_plan(cursor)
     assert "using queue_pending_client" in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+@pytest.mark.django_db
+def test_a_new_session_of_the_database_compiles_no_statement(database_url):
+    """JIT compilation is off for the service's database (migration delivery 0015): after a
+    drained backlog the claim's estimated cost passed `jit_above_cost`, and a server built with
+    LLVM compiled every claim, 52 ms for a statement that ran in 3. The setting is the
+    database's, so every new connection has it, through PgBouncer too."""
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT current_setting('jit')").fetchone()[0] == "off"
 
 
 @pytest.mark.django_db
