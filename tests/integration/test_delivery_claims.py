@@ -243,7 +243,7 @@ def test_a_new_session_of_the_database_compiles_no_statement(database_url):
     """JIT compilation is off for the service's database (migration delivery 0015): after a
     drained backlog the claim's estimated cost passed `jit_above_cost`, and a server built with
     LLVM compiled every claim, 52 ms for a statement that ran in 3. The setting is the
-    database's, so every new connection has it, through PgBouncer too."""
+    database's, so every new session has it, whoever opens it."""
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT current_setting('jit')").fetchone()[0] == "off"
 

@@ -228,7 +228,7 @@ def test_after_a_burst_has_left_the_queue_a_claim_and_a_finish_scan_none_of_it(d
     client = ClientFactory()
     notifications_insert_bulk(client_id=client.id, count=20_000, status="PENDING")
     Notification.objects.filter(client=client).update(status=Status.SENT)  # the burst leaves
-    for _ in range(3):  # what waits afterwards: a few rows (from 2 to 7 gave the plan)
+    for _ in range(3):  # what waits afterwards: a few rows (2 to about 7 gave that plan)
         NotificationFactory(client=client)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE notification_queue")
