@@ -4,6 +4,7 @@ import json
 import time
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
@@ -14,6 +15,7 @@ from notifications.models import Notification, Status
 from notifyqueue.outbound import OutboundTarget, outbound_post_to
 from tests.support.clock import DbClock
 from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.operator_helpers import notifications_insert_bulk
 from tests.support.webhook_factories import WebhookEventFactory
 from tests.support.webhook_receiver import Reply, WebhookReceiver
 from webhooks import repositories
@@ -502,3 +504,26 @@ def test_one_statement_changing_many_rows_queues_an_event_for_each_row_that_beca
         ],
         key=str,
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_statement_finishing_more_rows_than_work_mem_holds_queues_them_in_linear_time(
+    database_url,
+):
+    """The outbox trigger finds the rows whose status changed with a hashed NOT IN over the
+    statement's old rows. PostgreSQL hashes it only when the old rows it expects fit in
+    `work_mem`; its plan is made at the trigger's first run in a session, from that
+    statement's row count, and kept. A session whose first such statement changed more rows
+    than that (about 150,000 at the default 4 MB) compared every new row with every old one:
+    200,000 rows marked SENT in one UPDATE ran for over ten minutes. The trigger now plans with
+    `work_mem` of its own (migration delivery 0016); here the session's is at PostgreSQL's
+    minimum, so 30,000 rows are well past it: before the change the UPDATE was still running at
+    the 60 s timeout; after it, the whole test took 2.6 s."""
+    hooked = ClientFactory(webhook_url="https://hooks.example.com/notify")
+    notifications_insert_bulk(client_id=hooked.id, count=30_000, status="PENDING")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SET work_mem = '64kB'")
+        conn.execute("SET statement_timeout = '60s'")  # quadratic takes minutes; linear, a second
+        conn.execute("UPDATE notification SET status = 'SENT', sent_at = now()")
+    assert WebhookEvent.objects.filter(client=hooked, status=Status.SENT).count() == 30_000
+    assert not Notification.objects.exclude(status=Status.SENT).exists()
