@@ -179,18 +179,12 @@ RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, 
           created_at, updated_at, last_retried_at, last_retried_by;
 
 -- name: client_pending_count
--- Counts at most `limit` rows, so the cost is bounded by the limit, not by the backlog.
--- Served by notification_queue's queue_client_status (client_id, status, created_at DESC,
--- id DESC): the ORDER BY is that index's, so the planner reads it and stops at the limit
--- rather than filtering another index by client or collecting every match in a bitmap.
-SELECT count(*) FROM (
-    SELECT 1
-      FROM notification_queue
-     WHERE client_id = %(client_id)s
-       AND status = 'PENDING'
-     ORDER BY created_at DESC, id DESC
-     LIMIT %(limit)s
-) AS pending;
+-- Counts at most `limit` rows, so the cost is bounded by the limit, not by the backlog: the
+-- function (migration notifications 0020) walks the client's entries in notification_queue's
+-- queue_client_status (client_id, status, created_at DESC, id DESC) in the index's order and
+-- stops at the limit, with sequential and bitmap scans off, so a queue a burst has left large
+-- and nearly empty is not read whole.
+SELECT notification_client_pending_count(%(client_id)s, %(limit)s);
 
 -- name: notification_retry
 -- An operator sends one FAILED or DEAD_LETTERED row back to the queue with a fresh set of
