@@ -2,6 +2,7 @@
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5499/postgres \\
         bench/.venv/bin/python bench/drain_profile.py --rows 20000 [--workers 1] [--history 1000000]
+            [--worker-batch 250]
 
 Creates the benchmark's databases afresh on that server (as `python3 dev.py bench` does), fills
 `--history` SENT rows and `--rows` due rows for one client, then runs `--workers` `run_worker
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--history", type=int, default=0)
+    parser.add_argument("--worker-batch", type=int, default=250, help="run_worker --batch-size")
     parser.add_argument(
         "--deleted",
         type=int,
@@ -89,7 +91,7 @@ def main() -> None:
         "with bench/profile_summary.py)",
     )
     args = parser.parse_args()
-    config = harness.config_parse(["--quick"])
+    config = harness.config_parse(["--quick", "--worker-batch", str(args.worker_batch)])
     server = harness.server_find(config)
     database = harness.DATABASES["ours"]
     harness.databases_create(server)

@@ -149,7 +149,9 @@ def config_parse(argv: list[str]) -> Config:
         "--connections", type=int, default=8, help="connections for single creates (default 8)"
     )
     parser.add_argument("--worker-concurrency", type=int, default=16)
-    parser.add_argument("--worker-batch", type=int, default=100)
+    parser.add_argument(
+        "--worker-batch", type=int, default=250, help="run_worker --batch-size (its default: 250)"
+    )
     parser.add_argument("--slow-concurrency", type=int, default=50)
     parser.add_argument(
         "--latency-rate", type=float, default=200, help="creates per second (default 200)"

@@ -31,7 +31,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", type=positive_int, default=8)
-        parser.add_argument("--batch-size", type=positive_int, default=100)
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=WorkerConfig.batch_size,
+            help=f"the most rows one claim takes (default {WorkerConfig.batch_size})",
+        )
         parser.add_argument("--until-empty", action="store_true")
         parser.add_argument(
             "--metrics-port",
