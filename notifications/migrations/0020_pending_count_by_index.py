@@ -6,14 +6,15 @@ order, stopping at the limit. After a burst has drained, that index keeps its pa
 after the benchmark's 1,000,000-row backlog) around a handful of live entries, and the queue
 its pages (migration 0018). PostgreSQL spreads an index's pages over the entries it thinks the
 index holds: with a few left, the look-up of one client's entries was priced at thousands of
-pages, and the count read the whole queue instead (32 ms at that size), at most every 2 s per
-client and API process (`ClientBacklog`).
+pages, and from 2 rows up in the planner's count for the queue the count sorted a read of the
+whole queue instead (32 ms at that size), at most every 2 s per client and API process
+(`ClientBacklog`).
 
 The count is now a function run with `enable_seqscan` and `enable_bitmapscan` off, so it walks
 the index and stops at the limit whatever the figures. It is planned at each call for the
-client it counts (`force_custom_plan`; about 0.3 ms, once per recount): a plan made for any
-client, as a SQL function's is, takes the client for one of the few the statistics know and
-walked `queue_status` (every client's waiting rows, newest first) filtering on the client.
+client it counts (`force_custom_plan`; under a millisecond, once per recount): a plan made for
+any client, as a SQL function's is, walked `queue_status` (every client's waiting rows, newest
+first) and filtered on the client in the full suite's plan test.
 """
 
 from django.db import migrations
