@@ -19,12 +19,8 @@ from notifications.repositories import ListFilters, NotificationRepository
 from tests.support.clock import DbClock
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.operator_helpers import notifications_insert_bulk
-from tests.support.queue_table import (
-    QUEUE_COLUMNS,
-    queue_differences,
-    queue_reads,
-    queue_reads_since,
-)
+from tests.support.queue_table import QUEUE_COLUMNS, queue_differences
+from tests.support.reads import table_reads, table_reads_since
 
 pytestmark = pytest.mark.django_db
 
@@ -285,7 +281,7 @@ def test_after_a_burst_has_left_the_queue_the_backlog_count_reads_only_its_clien
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE notification_queue")
     with transaction.atomic():  # the counters are the transaction's
-        before = queue_reads()
+        before = table_reads("notification_queue")
         assert notifications.pending_count(client_id=client.id, limit=101) == 1
-        reads = queue_reads_since(before)
+        reads = table_reads_since("notification_queue", before)
     assert reads == {"queue_client_status": (1, 1)}

@@ -21,7 +21,7 @@ from notifications.repositories import (
     NotificationRepository,
 )
 from tests.support.factories import ClientFactory, NotificationFactory
-from tests.support.queue_table import queue_reads, queue_reads_since
+from tests.support.reads import table_reads, table_reads_since
 from tests.support.statements import statements_sent
 
 repository = NotificationRepository()
@@ -298,9 +298,9 @@ def test_pending_count_reads_an_index_and_no_more_than_limit_rows():
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE notification_queue")
     with transaction.atomic():  # the counters are the transaction's
-        before = queue_reads()
+        before = table_reads("notification_queue")
         assert repository.pending_count(client_id=client.id, limit=101) == 101
-        reads = queue_reads_since(before)
+        reads = table_reads_since("notification_queue", before)
     assert set(reads) == {"queue_client_status"}  # neither the table nor another index
     scans, entries = reads["queue_client_status"]
     assert scans == 1 and entries <= 101

@@ -16,6 +16,7 @@ from notifyqueue.outbound import OutboundTarget, outbound_post_to
 from tests.support.clock import DbClock
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.operator_helpers import notifications_insert_bulk
+from tests.support.reads import table_reads, table_reads_since
 from tests.support.webhook_factories import WebhookEventFactory
 from tests.support.webhook_receiver import Reply, WebhookReceiver
 from webhooks import repositories
@@ -527,3 +528,42 @@ def test_one_statement_finishing_more_rows_than_work_mem_holds_queues_them_in_li
         conn.execute("UPDATE notification SET status = 'SENT', sent_at = now()")
     assert WebhookEvent.objects.filter(client=hooked, status=Status.SENT).count() == 30_000
     assert not Notification.objects.exclude(status=Status.SENT).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finish_reads_its_event_by_key_however_many_are_in_flight(database_url, receiver):
+    """The in-flight events' partial indexes are nearly empty whenever their statistics are
+    taken, so a finish that also named the state read one of them instead of the primary
+    key: every event in flight, for each event finished (1, 4, 16, 64 entries with 1, 2, 4,
+    8 in flight)."""
+    client = ClientFactory(webhook_url=receiver.url)
+    notifications_insert_bulk(client_id=client.id, count=5_000, status="PENDING")
+    Notification.objects.filter(client=client).update(status=Status.SENT)  # 5,000 events
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE webhook_event SET state = 'DELIVERED', delivered_at = now()")
+    for _ in range(8):
+        event_for(client)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE webhook_event")
+    DbClock().advance(1)
+    in_flight = claim()
+    assert len(in_flight) == 8
+    with transaction.atomic():  # the counters are the transaction's
+        before = table_reads("webhook_event")
+        for event in in_flight:
+            assert repositories.webhook_event_finish(
+                event_id=event.id,
+                claim_token=event.claim_token,
+                state=DeliveryState.DELIVERED,
+                outcome=AttemptOutcome.DELIVERED,
+                retry_in_s=None,
+                status_code=200,
+                error=None,
+                duration_ms=5,
+            )
+        reads = table_reads_since("webhook_event", before)
+    assert set(reads) == {"webhook_event_pkey"}  # no in-flight index, nor the table
+    scans, entries = reads["webhook_event_pkey"]
+    # Each event's key has two entries: its version before the claim's update (not HOT: the
+    # state is in the partial indexes' conditions) and the current one.
+    assert scans == 8 and entries <= 16

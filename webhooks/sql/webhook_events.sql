@@ -1,6 +1,7 @@
 -- The webhook sender's queries. Only webhooks/repositories.py runs them.
--- Every write that ends a claim names the claim token and expects state = 'DELIVERING',
--- so a sender whose claim expired (and was taken over) changes nothing.
+-- Every write that ends a claim names the claim token, which an event has exactly while it is
+-- DELIVERING (CHECK webhook_event_claim_iff_delivering), so a sender whose claim expired (and
+-- was taken over) changes nothing.
 
 -- name: webhook_event_claim_plan
 -- Run in the claim's transaction just before webhook_event_claim_due. Otherwise the planner may
@@ -103,6 +104,10 @@ ORDER BY n.id;
 -- name: webhook_event_finish
 -- Ends one claim: DELIVERED, FAILED, or PENDING again %(retry_in_s)s seconds from now on the
 -- database clock, and finishes the attempt row. Zero rows returned: the claim is no longer ours.
+-- The event is found by its primary key; its token names the claim (set only while DELIVERING).
+-- A condition on the state as well matched the in-flight events' partial indexes, which the
+-- planner, their statistics saying they are nearly empty, read instead: every finish read
+-- every event in flight.
 WITH finished AS (
     UPDATE webhook_event
     SET state = %(state)s,
@@ -114,7 +119,7 @@ WITH finished AS (
         last_error = %(error)s,
         last_status_code = %(status_code)s,
         delivered_at = CASE WHEN %(state)s = 'DELIVERED' THEN notifyqueue_now() END
-    WHERE id = %(event_id)s AND claim_token = %(claim_token)s AND state = 'DELIVERING'
+    WHERE id = %(event_id)s AND claim_token = %(claim_token)s
     RETURNING id
 ),
 attempt AS (
