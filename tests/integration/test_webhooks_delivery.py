@@ -268,6 +268,20 @@ def claim(limit: int = 10):
     return repositories.webhook_events_claim_due(limit=limit, per_client=10, claim_timeout_s=30)
 
 
+def finish_delivered(event) -> bool:
+    """Records a 200 for a claimed event, as its sender would."""
+    return repositories.webhook_event_finish(
+        event_id=event.id,
+        claim_token=event.claim_token,
+        state=DeliveryState.DELIVERED,
+        outcome=AttemptOutcome.DELIVERED,
+        retry_in_s=None,
+        status_code=200,
+        error=None,
+        duration_ms=5,
+    )
+
+
 def test_result_of_a_sender_whose_claim_was_taken_over_is_dropped(hooked):
     event = event_for(hooked)
     db_clock = DbClock()
@@ -279,16 +293,7 @@ def test_result_of_a_sender_whose_claim_was_taken_over_is_dropped(hooked):
     (fresh,) = claim()
     assert fresh.claim_token != stale.claim_token and fresh.attempt_number == 2
 
-    late = repositories.webhook_event_finish(
-        event_id=stale.id,
-        claim_token=stale.claim_token,
-        state=DeliveryState.DELIVERED,
-        outcome=AttemptOutcome.DELIVERED,
-        retry_in_s=None,
-        status_code=200,
-        error=None,
-        duration_ms=5,
-    )
+    late = finish_delivered(stale)
 
     assert late is False
     event.refresh_from_db()
@@ -551,16 +556,7 @@ def test_a_finish_reads_its_event_by_key_however_many_are_in_flight(database_url
     with transaction.atomic():  # the counters are the transaction's
         before = table_reads("webhook_event")
         for event in in_flight:
-            assert repositories.webhook_event_finish(
-                event_id=event.id,
-                claim_token=event.claim_token,
-                state=DeliveryState.DELIVERED,
-                outcome=AttemptOutcome.DELIVERED,
-                retry_in_s=None,
-                status_code=200,
-                error=None,
-                duration_ms=5,
-            )
+            assert finish_delivered(event)
         reads = table_reads_since("webhook_event", before)
     assert set(reads) == {"webhook_event_pkey"}  # no in-flight index, nor the table
     scans, entries = reads["webhook_event_pkey"]
