@@ -339,6 +339,17 @@ class Server:
     def connect(self, database: str, **kwargs) -> psycopg.Connection:
         return psycopg.connect(self.url(database), autocommit=True, **kwargs)
 
+    def checkpoint(self) -> None:
+        """A CHECKPOINT, before every timed run's setup, ours and the peers' alike: what the
+        steps before wrote (a 1,000,000-row backlog or history is about 0.5 GB of WAL) is on
+        disk, and the run starts a checkpoint cycle of its own. Without it a checkpoint that
+        an earlier step's WAL set off ran during whichever run came next, and every page that
+        run changed first after the checkpoint began went to the WAL whole: the first drain
+        after the ingest runs and the history drains ran at two thirds of the others, ours and
+        pgqueuer's alike (docs/performance.md, "Eighteenth round")."""
+        with self.connect("postgres") as conn:
+            conn.execute("CHECKPOINT")
+
 
 def server_find(config: Config) -> Server:
     """The server of --database-url, else of DATABASE_URL (which `python3 dev.py bench` sets
@@ -1161,6 +1172,7 @@ class Bench:
         )
         f = self.figure(key, name, "creates/s")
         self.rows.delete_except(())
+        self.server.checkpoint()
         meter = CpuMeter(self.server, self.api)
         meter.start()
         rate, other = wrk_single(
@@ -1176,6 +1188,7 @@ class Bench:
             return
         for system in PEERS:
             peer_empty(self.server, system)
+            self.server.checkpoint()
             got = peer_run(
                 self.server,
                 "ingest-single",
@@ -1204,6 +1217,7 @@ class Bench:
             "creates/s",
         )
         for r in range(c.repeats):
+            self.server.checkpoint()
             meter = CpuMeter(self.server, self.api)
             meter.start()
             rate, _ = wrk_single(c, self.api_key, f"b{r}-{uuid.uuid4().hex[:6]}")
@@ -1211,6 +1225,7 @@ class Bench:
             f.ours.append(rate)
             log(f"{f.name}: {rate:,.0f}/s")
             for system in PEERS:
+                self.server.checkpoint()
                 got = peer_run(
                     self.server,
                     "ingest-single",
@@ -1233,6 +1248,7 @@ class Bench:
             "creates/s",
         )
         self.rows.delete_except(())
+        self.server.checkpoint()
         meter = CpuMeter(self.server, self.api)
         meter.start()
         rate, refused, total = http_batch(c, self.api_key, f"B{r}-{uuid.uuid4().hex[:6]}")
@@ -1243,6 +1259,7 @@ class Bench:
         log(f"{f.name}: {rate:,.0f}/s")
         for system in PEERS:
             peer_empty(self.server, system)
+            self.server.checkpoint()
             got = peer_run(
                 self.server,
                 "ingest-batch",
@@ -1264,6 +1281,7 @@ class Bench:
         c = self.config
         processes = workers_start(c, self.server, workers, until_empty=False)
         workers_ready(self.server, processes)
+        self.server.checkpoint()
         self.rows.create(prefix, c.drain_rows)
         return drain_timed(lambda: self.rows.waiting(prefix), c.drain_rows, processes)
 
@@ -1305,6 +1323,7 @@ class Bench:
                 for _ in range(workers)
             ]
             connections_ready(self.server, DATABASES[system], workers)
+            self.server.checkpoint()
             peer_fill(self.server, system, c.drain_rows)
             poll = Poll(self.server, DATABASES[system])
             got = drain_timed(
@@ -1331,6 +1350,7 @@ class Bench:
         f.versus = "drain-1"
         prefix = f"slow{r}"
         with Provider(0.05) as provider:
+            self.server.checkpoint()
             self.rows.create(prefix, c.slow_rows)
             processes = workers_start(
                 c,
@@ -1374,6 +1394,7 @@ class Bench:
             f"fairness: client 1 creates {c.fairness_flood:,} rows, then {len(quiet)} clients "
             f"{c.fairness_quiet} each, all NORMAL; {c.fairness_workers} workers"
         )
+        self.server.checkpoint()
         flooder.create(f"{prefix}-flood", c.fairness_flood)
         for n, rows in enumerate(quiet, 1):
             rows.create(f"{prefix}-quiet{n}", c.fairness_quiet)
@@ -1475,6 +1496,7 @@ class Bench:
                 c, self.server, 1, until_empty=False, **http_provider_env(provider)
             )
             time.sleep(3)  # the worker is listening before the first create
+            self.server.checkpoint()
             total = steady_creates(c, self.api_key, prefix)
             deadline = time.monotonic() + 60
             while self.rows.waiting(prefix) and time.monotonic() < deadline:
@@ -1509,6 +1531,7 @@ class Bench:
         )
         for system in PEERS:
             peer_empty(self.server, system)
+            self.server.checkpoint()
             got = peer_run(
                 self.server,
                 "latency",
