@@ -341,12 +341,11 @@ class Server:
 
     def checkpoint(self) -> None:
         """A CHECKPOINT, before every timed run's setup, ours and the peers' alike: what the
-        steps before wrote (a 1,000,000-row backlog or history is about 0.5 GB of WAL) is on
-        disk, and the run starts a checkpoint cycle of its own. Without it a checkpoint that
-        an earlier step's WAL set off ran during whichever run came next, and every page that
-        run changed first after the checkpoint began went to the WAL whole: the first drain
-        after the ingest runs and the history drains ran at two thirds of the others, ours and
-        pgqueuer's alike (docs/performance.md, "Eighteenth round")."""
+        steps before wrote (the 1,000,000-row backlog and history are gigabytes of WAL) is on
+        disk, and the run and its setup share one checkpoint cycle. Without it a checkpoint
+        that an earlier step's WAL set off wrote its pages during whichever runs came next,
+        and the first change to each page after it began went to the WAL whole
+        (docs/performance.md, "Eighteenth round")."""
         with self.connect("postgres") as conn:
             conn.execute("CHECKPOINT")
 
