@@ -315,12 +315,11 @@ SELECT (SELECT count(*) FROM scanned) AS scanned,
 -- already used inserts nothing either. Either way nothing is returned and the caller goes the
 -- long way (the key looked up on its own, then notification_create, which answers a replay).
 -- A function, so that PostgreSQL plans the insert once per server connection instead of on
--- every create (0.3 ms, docs/performance.md). Returns only what the database chose or
--- rewrote (notifications/repositories.py, `_CHOSEN_COLUMNS`): the row's id and times, and its
--- JSON values as stored (an empty metadata object or fallback list NULL); the caller has the
--- rest, as it sent them.
-SELECT id, nullif(metadata, '{}'::jsonb), payload, nullif(fallback_channels, '[]'::jsonb),
-       send_at, due_at, created_at, updated_at
+-- every create (0.3 ms, docs/performance.md). Answers only what the database chose or
+-- rewrote (notifications/repositories.py, `_CHOSEN_COLUMNS`; migration 0022): the row's id
+-- and times, and its JSON values as stored (an empty metadata object or fallback list NULL);
+-- the caller has the rest, as it sent them.
+SELECT *
   FROM notification_create_checked(
        %(client_id)s, %(idempotency_key)s, %(request_fingerprint)s, %(channel)s,
        %(recipient)s, %(subject)s, %(body)s, %(priority)s, %(metadata)s::jsonb,

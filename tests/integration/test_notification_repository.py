@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,9 @@ from django.utils import timezone
 
 from notifications.models import Notification, Priority, Status
 from notifications.repositories import (
+    _CHOSEN_COLUMNS,
+    QUERIES,
+    RECORD_FIELDS,
     DuplicateRequest,
     ListFilters,
     ListPosition,
@@ -132,6 +136,19 @@ def test_insert_many_of_nothing_runs_no_statement():
     with statements_sent() as sent:
         assert repository.insert_many(client_id=client.id, new=[]) == []
     assert sent == []
+
+
+@pytest.mark.django_db
+def test_the_checked_create_answers_what_the_database_chose_in_order():
+    # Read by position (_insert_checked): the columns _record_created takes, in its order,
+    # are the function's answer (migration 0022). A key that is not the client's: no row.
+    params = dict.fromkeys(re.findall(r"%\((\w+)\)s", QUERIES["notification_create_checked"]), None)
+    params.update(client_id=ClientFactory().id, idempotency_key="k-1", key_prefix="none")
+    with connection.cursor() as cursor:
+        cursor.execute(QUERIES["notification_create_checked"], params)
+        assert cursor.fetchall() == []
+        assert tuple(column.name for column in cursor.description) == _CHOSEN_COLUMNS
+    assert set(_CHOSEN_COLUMNS) <= set(RECORD_FIELDS)
 
 
 @pytest.mark.django_db

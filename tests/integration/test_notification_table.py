@@ -19,16 +19,55 @@ def test_idempotency_key_is_unique_per_client():
     NotificationFactory(client=ClientFactory(), idempotency_key="order-1")
 
 
-@pytest.mark.parametrize(
-    "column, value",
-    [("status", "LOST"), ("channel", "pigeon"), ("priority", 7), ("priority", -1)],
-)
+REFUSED = [
+    ("status", "LOST"),
+    ("channel", "pigeon"),
+    ("priority", 7),
+    ("priority", -1),
+    ("attempt_count", -1),
+    ("max_attempts", -1),
+    ("operator_retries", -1),
+]
+
+
+@pytest.mark.parametrize("column, value", REFUSED)
 def test_check_constraints_reject_unknown_values(column, value):
     notification = NotificationFactory()
     with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE notification SET {column} = %s WHERE id = %s", [value, notification.id]
         )
+
+
+@pytest.mark.parametrize("column, value", REFUSED)
+def test_an_insert_breaking_a_column_rule_is_refused(column, value):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        NotificationFactory(**{column: value})
+
+
+def test_the_table_checks_only_rules_between_columns():
+    """A rule on one column is its domain's (migration 0021): PostgreSQL prepares a table's
+    CHECKs again for every statement that writes the table, a domain's once per connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conname FROM pg_constraint "
+            "WHERE conrelid = 'notification'::regclass AND contype = 'c' ORDER BY 1"
+        )
+        assert [name for (name,) in cursor.fetchall()] == [
+            "notification_attempts_bounded",
+            "notification_claim_iff_processing",
+        ]
+        cursor.execute(
+            "SELECT t.typname, c.conname FROM pg_constraint AS c "
+            "JOIN pg_type AS t ON t.oid = c.contypid "
+            "WHERE t.typnamespace = 'public'::regnamespace ORDER BY 1"
+        )
+        assert cursor.fetchall() == [
+            ("notification_channel", "notification_channel_valid"),
+            ("notification_count", "notification_count_not_negative"),
+            ("notification_priority", "notification_priority_valid"),
+            ("notification_status", "notification_status_valid"),
+        ]
 
 
 def test_processing_row_must_name_its_claim():

@@ -12,7 +12,7 @@ import pytest
 from rest_framework import serializers
 
 from notifications.ingest import BATCH_ITEM_FIELDS, CREATE_FIELDS, create_fields
-from notifications.repositories import _CHOSEN_COLUMNS, QUERIES, RECORD_FIELDS
+from notifications.repositories import QUERIES, RECORD_FIELDS
 from notifications.serializers import BatchItemInput, NotificationCreateInput, notification_request
 from notifyqueue.vocabulary import MAX_BODY_BYTES, RECIPIENT_MAX_LENGTH, Priority
 
@@ -145,16 +145,6 @@ def test_a_single_create_takes_no_idempotency_key_field():
     assert create_fields(item, CREATE_FIELDS) is None
     with pytest.raises(serializers.ValidationError):
         NotificationCreateInput(data=item).is_valid(raise_exception=True)
-
-
-def test_the_checked_create_returns_what_the_database_chose_in_order():
-    # Read by position (_insert_checked): the columns _record_created takes, in its order.
-    text = QUERIES["notification_create_checked"]
-    selected = text.partition("SELECT")[2].partition("\n  FROM")[0]
-    found = [column.strip() for column in re.split(r",(?![^()]*\))", selected)]
-    names = [re.sub(r"^nullif\((\w+), .*\)$", r"\1", column) for column in found]
-    assert tuple(names) == _CHOSEN_COLUMNS
-    assert set(_CHOSEN_COLUMNS) <= set(RECORD_FIELDS)
 
 
 def test_the_batch_create_answers_created_then_the_records_columns_in_order():
