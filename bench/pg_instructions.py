@@ -1,0 +1,208 @@
+"""PostgreSQL's instructions for one statement of the hot path, counted by callgrind: a figure
+the host's speed does not move, for changes too small for the benchmark's noise to show.
+
+    .venv/bin/python bench/pg_instructions.py [--statement create|update] [--count 500]
+        [--top 40]
+
+Needs valgrind (`apt-get install valgrind`) and the pgserver wheel's PostgreSQL (the embedded
+one). Starts a server of its own in a temporary folder, migrates it, makes a client with an
+API key and stops it. Then runs the statement in a single-user server (`postgres --single`,
+each statement its own transaction, as the API's are) under callgrind twice on that folder:
+`--warm` statements, then `--warm` + `--count`. The difference of the two totals divided by
+`--count` is one statement's instructions with its commit and triggers, the start-up and the
+first statements' catalog reads taken out; the functions whose inclusive count grew most are
+printed under it. The server process also formats each answer for its terminal, a cost the
+network protocol does not have (`printtup` and below).
+
+Statements:
+- `create`: the thin path's single create (`notification_create_checked`, with its API key
+  check), written out with its values as the API's parameters give them;
+- `update`: a one-row UPDATE of `notification` that changes nothing (`updated_at =
+  updated_at`): what every statement writing the table pays, its triggers included.
+
+The figures of docs/performance.md's "Nineteenth round" come from this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "notifyqueue.settings")
+os.environ.setdefault("DJANGO_SECRET_KEY", "pg-instructions")
+os.environ.setdefault("LOG_LEVEL", "ERROR")
+
+from notifyqueue import embedded_db  # noqa: E402  (no Django)
+
+COLLECTED = re.compile(r"Collected : (\d+)")
+ANNOTATED = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(?:\?\?\?:)?(\S+)")
+
+
+def prepared_folder(state_dir: Path) -> tuple[Path, dict[str, str]]:
+    """A migrated database in `state_dir` with a client and one notification; its data folder,
+    and the values the statements need (the client, its API key's prefix and hash, the
+    notification's id)."""
+    os.environ["DATABASE_URL"] = embedded_db.database_url(state_dir=state_dir)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    made = io.StringIO()
+    call_command("create_client", "pg-instructions", stdout=made)
+    values = {"prefix": json.loads(made.getvalue())["api_key"].partition(".")[0]}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT client_id::text, hashed_key FROM clients_clientapikey WHERE prefix = %s",
+            [values["prefix"]],
+        )
+        values["client_id"], values["hashed_key"] = cursor.fetchone()
+        cursor.execute(_create(values, "first"))
+        values["notification_id"] = str(cursor.fetchone()[0])
+    connection.close()
+    embedded_db.stop(state_dir)
+    return state_dir / "pgdata", values
+
+
+def _create(values: dict[str, str], key: str) -> str:
+    """The thin path's create statement, its parameters written in as literals."""
+    from psycopg import sql
+
+    from notifications.repositories import QUERIES, NewNotification, _json_param, _new_params
+    from notifyqueue.vocabulary import Priority
+
+    new = NewNotification(
+        client_id=uuid.UUID(values["client_id"]),
+        idempotency_key=key,
+        request_fingerprint="f" * 64,
+        channel="email",
+        recipient="bench@example.com",
+        subject="Hi",
+        body="Your code is 123456",
+        priority=Priority.NORMAL,
+        metadata={},
+        user_id=None,
+        template=None,
+        payload=None,
+        fallback_channels=[],
+        max_attempts=5,
+    )
+    # As NotificationRepository.insert gives them to the statement.
+    params = _new_params(new)
+    params.update(
+        client_id=values["client_id"], key_prefix=values["prefix"], hashed_key=values["hashed_key"]
+    )
+    for column in ("metadata", "payload", "fallback_channels"):
+        params[column] = _json_param(params[column])
+
+    def literal(match: re.Match) -> str:
+        value = params[match.group(1)]
+        return "NULL" if value is None else sql.quote(value)
+
+    return re.sub(r"%\((\w+)\)s", literal, QUERIES["notification_create_checked"])
+
+
+def statements(kind: str, count: int, values: dict[str, str]) -> str:
+    """`count` statements of `kind`, each its own transaction in the single-user server's
+    input (a statement ends with a semicolon and an empty line)."""
+    if kind == "create":
+        texts = [_create(values, f"{uuid.uuid4().hex}-{n}") for n in range(count)]
+    else:
+        update = (
+            "UPDATE notification SET updated_at = updated_at "
+            f"WHERE id = '{values['notification_id']}'"
+        )
+        texts = [update] * count
+    return "".join(f"{text.rstrip().rstrip(';')};\n\n" for text in texts)
+
+
+def single_user(pgdata: Path, text: str, out: Path | None) -> int:
+    """Runs `text` in a single-user server on `pgdata` (under callgrind when `out` is given);
+    returns callgrind's total, or 0."""
+    postgres = str(embedded_db._pgserver_commands().POSTGRES_BIN_PATH / "postgres")
+    command = [postgres, "--single", "-D", str(pgdata), "-j", embedded_db.DATABASE_NAME]
+    if out is not None:
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
+    if os.geteuid() == 0:  # pgserver's server runs as its own account when started by root
+        command = ["runuser", "-u", "pgserver", "--", *command]
+    done = subprocess.run(command, input=text, capture_output=True, text=True)
+    if done.returncode or "ERROR:" in done.stderr:
+        raise SystemExit(f"the single-user server failed:\n{done.stderr[-2000:]}")
+    if out is None:
+        return 0
+    return int(COLLECTED.findall(done.stderr)[-1])
+
+
+def inclusive(out: Path) -> collections.Counter[str]:
+    """Each function's inclusive instructions in a callgrind file (recursive calls once)."""
+    annotated = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    counts: collections.Counter[str] = collections.Counter()
+    for line in annotated.splitlines():
+        found = ANNOTATED.match(line)
+        if found and "'" not in found.group(2):
+            counts[found.group(2)] += int(found.group(1).replace(",", ""))
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--statement", choices=("create", "update"), default="create")
+    parser.add_argument("--count", type=int, default=500, help="statements counted (500)")
+    parser.add_argument("--warm", type=int, default=100, help="statements before (100)")
+    parser.add_argument("--top", type=int, default=40, help="functions listed (40)")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed: apt-get install valgrind")
+
+    state_dir = Path(tempfile.mkdtemp(prefix="pg-instructions-"))
+    state_dir.chmod(0o755)  # the server's own account works in it
+    try:
+        pgdata, values = prepared_folder(state_dir)
+        # Catalog caches and kept plans are the connection's: warmed within each run by its
+        # first `--warm` statements. This run fills the table's first pages.
+        single_user(pgdata, statements("create", args.warm, values), None)
+        profiles = state_dir / "callgrind"
+        profiles.mkdir(mode=0o777)
+        profiles.chmod(0o777)  # written by the server's account
+        runs = []
+        for count in (args.warm, args.warm + args.count):
+            out = profiles / f"callgrind.{count}"
+            total = single_user(pgdata, statements(args.statement, count, values), out)
+            runs.append((total, inclusive(out)))
+        (before, by_function_before), (after, by_function_after) = runs
+        each = (after - before) / args.count
+        print(f"{args.statement}: {each:,.0f} instructions a statement")
+        grown = by_function_after
+        grown.subtract(by_function_before)
+        # Below the functions every instruction runs under (main and its callers).
+        inside = [
+            (name, n / args.count) for name, n in grown.most_common() if n / args.count < each
+        ]
+        for name, instructions in inside[: args.top]:
+            print(f"{instructions:12,.0f}  {name}")
+    finally:
+        embedded_db.stop(state_dir)
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
