@@ -1,8 +1,8 @@
 """PostgreSQL's instructions for one statement of the hot path, counted by callgrind: a figure
 the host's speed does not move, for changes too small for the benchmark's noise to show.
 
-    .venv/bin/python bench/pg_instructions.py [--statement create|update] [--count 500]
-        [--top 40]
+    .venv/bin/python bench/pg_instructions.py [--statement create|batch|update] [--count N]
+        [--warm N] [--batch-size 1000] [--top 40]
 
 Needs valgrind (`apt-get install valgrind`) and the pgserver wheel's PostgreSQL (the embedded
 one). Starts a server of its own in a temporary folder, migrates it, makes a client with an
@@ -17,6 +17,8 @@ network protocol does not have (`printtup` and below).
 Statements:
 - `create`: the thin path's single create (`notification_create_checked`, with its API key
   check), written out with its values as the API's parameters give them;
+- `batch`: the batch create (`notifications_create_many`) of `--batch-size` items, also
+  counted a row;
 - `update`: a one-row UPDATE of `notification` that changes nothing (`updated_at =
   updated_at`): what every statement writing the table pays, its triggers included.
 
@@ -78,11 +80,9 @@ def prepared_folder(state_dir: Path) -> tuple[Path, dict[str, str]]:
     return state_dir / "pgdata", values
 
 
-def _create(values: dict[str, str], key: str) -> str:
-    """The thin path's create statement, its parameters written in as literals."""
-    from psycopg import sql
-
-    from notifications.repositories import QUERIES, NewNotification, _json_param, _new_params
+def _item(values: dict[str, str], key: str) -> dict:
+    """A create's values, as `_new_params` gives them to the create statements."""
+    from notifications.repositories import NewNotification, _new_params
     from notifyqueue.vocabulary import Priority
 
     new = NewNotification(
@@ -101,26 +101,49 @@ def _create(values: dict[str, str], key: str) -> str:
         fallback_channels=[],
         max_attempts=5,
     )
-    # As NotificationRepository.insert gives them to the statement.
-    params = _new_params(new)
-    params.update(
-        client_id=values["client_id"], key_prefix=values["prefix"], hashed_key=values["hashed_key"]
-    )
-    for column in ("metadata", "payload", "fallback_channels"):
-        params[column] = _json_param(params[column])
+    return _new_params(new)
+
+
+def _written_out(name: str, params: dict) -> str:
+    """The named statement of notifications/sql/notifications.sql with `params` as literals."""
+    from psycopg import sql
+
+    from notifications.repositories import QUERIES
 
     def literal(match: re.Match) -> str:
         value = params[match.group(1)]
         return "NULL" if value is None else sql.quote(value)
 
-    return re.sub(r"%\((\w+)\)s", literal, QUERIES["notification_create_checked"])
+    return re.sub(r"%\((\w+)\)s", literal, QUERIES[name])
 
 
-def statements(kind: str, count: int, values: dict[str, str]) -> str:
+def _create(values: dict[str, str], key: str) -> str:
+    """The thin path's single create, as NotificationRepository.insert sends it."""
+    from notifications.repositories import _json_param
+
+    params = _item(values, key)
+    params.update(
+        client_id=values["client_id"], key_prefix=values["prefix"], hashed_key=values["hashed_key"]
+    )
+    for column in ("metadata", "payload", "fallback_channels"):
+        params[column] = _json_param(params[column])
+    return _written_out("notification_create_checked", params)
+
+
+def _batch(values: dict[str, str], key: str, size: int) -> str:
+    """A batch create of `size` items, as NotificationRepository.insert_many sends it."""
+    items = [_item(values, f"{key}-{n}") for n in range(size)]
+    params = {"client_id": values["client_id"], "items": json.dumps(items, default=str)}
+    return _written_out("notifications_create_many", params)
+
+
+def statements(kind: str, count: int, values: dict[str, str], batch_size: int) -> str:
     """`count` statements of `kind`, each its own transaction in the single-user server's
     input (a statement ends with a semicolon and an empty line)."""
     if kind == "create":
         texts = [_create(values, f"{uuid.uuid4().hex}-{n}") for n in range(count)]
+    elif kind == "batch":
+        texts = [_batch(values, f"{uuid.uuid4().hex}-{n}", batch_size) for n in range(count)]
     else:
         update = (
             "UPDATE notification SET updated_at = updated_at "
@@ -165,11 +188,19 @@ def inclusive(out: Path) -> collections.Counter[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--statement", choices=("create", "update"), default="create")
-    parser.add_argument("--count", type=int, default=500, help="statements counted (500)")
-    parser.add_argument("--warm", type=int, default=100, help="statements before (100)")
+    parser.add_argument("--statement", choices=("create", "batch", "update"), default="create")
+    parser.add_argument(
+        "--batch-size", type=int, default=1000, help="items a batch statement (1,000)"
+    )
+    parser.add_argument("--count", type=int, help="statements counted (500; a batch statement: 5)")
+    parser.add_argument(
+        "--warm", type=int, help="statements before them (100; a batch statement: 2)"
+    )
     parser.add_argument("--top", type=int, default=40, help="functions listed (40)")
     args = parser.parse_args()
+    batch = args.statement == "batch"
+    args.count = args.count or (5 if batch else 500)
+    args.warm = args.warm or (2 if batch else 100)
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
 
@@ -179,18 +210,21 @@ def main() -> None:
         pgdata, values = prepared_folder(state_dir)
         # Catalog caches and kept plans are the connection's: warmed within each run by its
         # first `--warm` statements. This run fills the table's first pages.
-        single_user(pgdata, statements("create", args.warm, values), None)
+        single_user(pgdata, statements("create", args.warm, values, args.batch_size), None)
         profiles = state_dir / "callgrind"
         profiles.mkdir(mode=0o777)
         profiles.chmod(0o777)  # written by the server's account
         runs = []
         for count in (args.warm, args.warm + args.count):
             out = profiles / f"callgrind.{count}"
-            total = single_user(pgdata, statements(args.statement, count, values), out)
+            total = single_user(
+                pgdata, statements(args.statement, count, values, args.batch_size), out
+            )
             runs.append((total, inclusive(out)))
         (before, by_function_before), (after, by_function_after) = runs
         each = (after - before) / args.count
-        print(f"{args.statement}: {each:,.0f} instructions a statement")
+        per_row = f", {each / args.batch_size:,.0f} a row" if batch else ""
+        print(f"{args.statement}: {each:,.0f} instructions a statement{per_row}")
         grown = by_function_after
         grown.subtract(by_function_before)
         # Below the functions every instruction runs under (main and its callers).
