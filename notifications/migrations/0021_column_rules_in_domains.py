@@ -43,6 +43,15 @@ FINISH_AFTER = FINISH_BEFORE.replace(
 
 COUNTS = ("attempt_count", "max_attempts", "operator_retries")
 
+# As migration delivery 0002 made it; it names `status`, so it is made again around the change.
+WAKEUP_PENDING = """
+CREATE TRIGGER notification_wakeup_pending
+AFTER UPDATE OF status ON notification
+FOR EACH ROW
+WHEN (NEW.status = 'PENDING' AND OLD.status <> 'PENDING')
+EXECUTE FUNCTION notification_wakeup();
+"""
+
 FORWARD = f"""
 CREATE DOMAIN notification_status AS varchar(16);
 CREATE DOMAIN notification_channel AS varchar(16);
@@ -55,11 +64,7 @@ ALTER TABLE notification
     ALTER COLUMN channel TYPE notification_channel,
     ALTER COLUMN priority TYPE notification_priority,
     {", ".join(f"ALTER COLUMN {column} TYPE notification_count" for column in COUNTS)};
-CREATE TRIGGER notification_wakeup_pending
-AFTER UPDATE OF status ON notification
-FOR EACH ROW
-WHEN (NEW.status = 'PENDING' AND OLD.status <> 'PENDING')
-EXECUTE FUNCTION notification_wakeup();
+{WAKEUP_PENDING}
 
 ALTER DOMAIN notification_status ADD CONSTRAINT notification_status_valid
     CHECK (VALUE IN ('PENDING', 'PROCESSING', 'SENT', 'FAILED', 'DEAD_LETTERED', 'CANCELLED',
@@ -89,11 +94,7 @@ ALTER TABLE notification
     ALTER COLUMN channel TYPE varchar(16),
     ALTER COLUMN priority TYPE smallint,
     {", ".join(f"ALTER COLUMN {column} TYPE integer" for column in COUNTS)};
-CREATE TRIGGER notification_wakeup_pending
-AFTER UPDATE OF status ON notification
-FOR EACH ROW
-WHEN (NEW.status = 'PENDING' AND OLD.status <> 'PENDING')
-EXECUTE FUNCTION notification_wakeup();
+{WAKEUP_PENDING}
 DROP DOMAIN notification_status;
 DROP DOMAIN notification_channel;
 DROP DOMAIN notification_priority;
