@@ -11,8 +11,8 @@ each statement its own transaction, as the API's are) under callgrind twice on t
 `--warm` statements, then `--warm` + `--count`. The difference of the two totals divided by
 `--count` is one statement's instructions with its commit and triggers, the start-up and the
 first statements' catalog reads taken out; the functions whose inclusive count grew most are
-printed under it. The server process also formats each answer for its terminal, a cost the
-network protocol does not have (`printtup` and below).
+printed under it. The single-user server also prints each answer's rows (`debugtup`), where a
+server sends them to its client: a batch's thousand answered rows show there.
 
 Statements:
 - `create`: the thin path's single create (`notification_create_checked`, with its API key
@@ -22,7 +22,7 @@ Statements:
 - `update`: a one-row UPDATE of `notification` that changes nothing (`updated_at =
   updated_at`): what every statement writing the table pays, its triggers included.
 
-The figures of docs/performance.md's "Nineteenth round" come from this script.
+docs/performance.md, "Nineteenth round", has its figures and what they left out.
 """
 
 from __future__ import annotations
