@@ -542,6 +542,25 @@ def _new_params(new: NewNotification) -> dict[str, Any]:
     }
 
 
+def create_params(new: NewNotification, key_check: KeyCheck | None = None) -> dict[str, Any]:
+    """A single create's parameters (`notification_create`; with `key_check`,
+    `notification_create_checked`), its JSON values encoded."""
+    params = _new_params(new)
+    params.update(
+        client_id=new.client_id,
+        **{column: _json_param(params[column]) for column in JSON_COLUMNS},
+    )
+    if key_check is not None:
+        params.update(key_prefix=key_check.prefix, hashed_key=key_check.hashed_key)
+    return params
+
+
+def batch_params(client_id: uuid.UUID, new: Sequence[NewNotification]) -> dict[str, Any]:
+    """The parameters of `notifications_create_many` for `new`, the client's."""
+    items = [_new_params(item) for item in new]
+    return {"client_id": client_id, "items": json.dumps(items, default=str)}
+
+
 class NotificationRepository:
     """PostgreSQL-backed notification storage for the API."""
 
@@ -553,13 +572,8 @@ class NotificationRepository:
         With `key_check`, one statement also checks that API key, and inserts or raises
         `KeyCheckFailed` (the key is no longer usable, or already used: nothing was written,
         nothing read)."""
-        params = _new_params(new)
-        params.update(
-            client_id=new.client_id,
-            **{column: _json_param(params[column]) for column in JSON_COLUMNS},
-        )
+        params = create_params(new, key_check)
         if key_check is not None:
-            params.update(key_prefix=key_check.prefix, hashed_key=key_check.hashed_key)
             record = _insert_checked(params, new)
             if record is None:
                 raise KeyCheckFailed()
@@ -587,9 +601,8 @@ class NotificationRepository:
         by_key: dict[str, Inserted] = {}
         missing = list(new)
         for _ in range(CREATE_ATTEMPTS if missing else 0):
-            items = [_new_params(item) for item in missing]
-            params = {"client_id": client_id, "items": json.dumps(items, default=str)}
             statement = QUERIES["notifications_create_many"]
+            params = batch_params(client_id, missing)
             for found in _fetch_created_in_order(statement, params, client_id, sent):
                 by_key[found.record.idempotency_key] = found
             missing = [item for item in missing if item.idempotency_key not in by_key]
