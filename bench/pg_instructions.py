@@ -34,9 +34,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -49,6 +51,7 @@ os.environ.setdefault("LOG_LEVEL", "ERROR")
 from notifyqueue import embedded_db  # noqa: E402  (no Django)
 
 COLLECTED = re.compile(r"Collected : (\d+)")
+CALLGRIND_TOTAL = re.compile(r"^(?:summary|totals): (\d+)", re.MULTILINE)
 ANNOTATED = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(?:\?\?\?:)?(\S+)")
 
 
@@ -80,7 +83,7 @@ def prepared_folder(state_dir: Path) -> tuple[Path, dict[str, str]]:
     return state_dir / "pgdata", values
 
 
-def _new(values: dict[str, str], key: str):
+def _new(values: dict[str, str], key: str, recipient: str = "bench@example.com"):
     """A create of the benchmark's shape (bench/harness.py's bodies) for the client."""
     from notifications.repositories import NewNotification
     from notifyqueue.vocabulary import Priority
@@ -90,7 +93,7 @@ def _new(values: dict[str, str], key: str):
         idempotency_key=key,
         request_fingerprint="f" * 64,
         channel="email",
-        recipient="bench@example.com",
+        recipient=recipient,
         subject="Hi",
         body="Your code is 123456",
         priority=Priority.NORMAL,
@@ -128,12 +131,15 @@ def _create(values: dict[str, str], key: str) -> str:
     return _written_out("notification_create_checked", create_params(_new(values, key), check))
 
 
-def _batch(values: dict[str, str], key: str, size: int) -> str:
+def _batch(values: dict[str, str], key: str, size: int, *, recipients: bool = False) -> str:
     """A batch create of `size` items, with the parameters NotificationRepository.insert_many
-    sends."""
+    sends; with `recipients`, each to its own address (as the benchmark's drains)."""
     from notifications.repositories import batch_params
 
-    new = [_new(values, f"{key}-{n}") for n in range(size)]
+    new = [
+        _new(values, f"{key}-{n}", *([f"{key}-{n}@example.com"] if recipients else []))
+        for n in range(size)
+    ]
     return _written_out(
         "notifications_create_many", batch_params(uuid.UUID(values["client_id"]), new)
     )
@@ -172,6 +178,110 @@ def single_user(pgdata: Path, text: str, out: Path | None) -> int:
     return int(COLLECTED.findall(done.stderr)[-1])
 
 
+def turn_rows(values: dict[str, str], turns: int, batch_size: int) -> str:
+    """The single-user server's input that leaves `turns` full claims due: batch creates of
+    `batch_size` rows, each row to its own recipient (so the rate limit admits every one),
+    then the statistics a worker would have refreshed."""
+    texts = [_batch(values, f"turn-{n}", batch_size, recipients=True) for n in range(turns)]
+    texts.append("VACUUM ANALYZE")
+    return "".join(f"{text.rstrip().rstrip(';')};\n\n" for text in texts)
+
+
+def worker_turns(
+    pgdata: Path, warm: int, count: int, batch_size: int, out: Path
+) -> list[tuple[str, Path]]:
+    """Runs `warm` + `count` of the delivery worker's turns (`Worker.run_once`, configured as
+    `run_worker` is, the simulated provider answering) in this process against a server on
+    `pgdata` started under callgrind, which writes a file for each statement the backend ran
+    (`--dump-after=exec_simple_query`: Django's psycopg connection binds on the client and
+    sends each statement as a simple query, which ends with its commit). Returns the last
+    `count` turns' statements: each one's name (`Queries` names, or its first words) and its
+    callgrind file."""
+    from django.db import connection
+
+    from delivery.circuits.repositories import SQL as circuits_sql
+    from delivery.circuits.services import circuits_register
+    from delivery.management.commands.run_worker import worker_from_settings
+    from delivery.repositories import SQL as delivery_sql
+    from ratelimits.repositories import SQL as ratelimits_sql
+
+    postgres = str(embedded_db._pgserver_commands().POSTGRES_BIN_PATH / "postgres")
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}/callgrind.%p",
+        "--dump-after=exec_simple_query",
+        postgres,
+        "-D",
+        str(pgdata),
+        "-k",
+        str(pgdata),
+        "-h",
+        "",
+        # Nothing but the worker's statements (and the server's own processes) runs.
+        "-c",
+        "autovacuum=off",
+    ]
+    if os.geteuid() == 0:
+        command = ["runuser", "-u", "pgserver", "--", *command]
+    with open(out / "server.log", "w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    # Each statement by its name in the worker's `.sql` files.
+    names = {
+        queries[name]: name
+        for queries in (delivery_sql, ratelimits_sql, circuits_sql)
+        for name in queries
+    }
+    sent: list[str] = []
+
+    def named(execute, sql, params, many, context):
+        sent.append(names.get(sql, " ".join(sql.split()[:4])))
+        return execute(sql, params, many, context)
+
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                connection.ensure_connection()
+                break
+            except Exception as exc:
+                connection.close()
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the server did not start: see {out / 'server.log'}") from exc
+                time.sleep(0.5)
+        worker = worker_from_settings(concurrency=8, batch_size=batch_size)
+        circuits_register(list(worker.circuits.values()))
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = cursor.fetchone()[0]
+        counted_from = 0
+        with connection.execute_wrapper(named):
+            for turn in range(warm + count):
+                if turn == warm:
+                    counted_from = len(sent)
+                step = worker.run_once()
+                if not step.claimed == step.finished == batch_size:
+                    raise SystemExit(f"a turn claimed {step.claimed} and finished {step.finished}")
+        connection.close()
+    finally:
+        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGINT)  # a fast shutdown: each process writes its last file
+        server.wait(timeout=600)
+    # The backend's parts, numbered from 1: one a statement, the last ones the turns'.
+    # (`callgrind.<pid>` without a number is what ran after the last: the connection's end.)
+    parts = sorted(
+        out.glob(f"callgrind.{backend}.*"), key=lambda path: int(path.name.rpartition(".")[2])
+    )
+    if len(parts) < len(sent):
+        raise SystemExit(f"{len(parts)} callgrind parts for {len(sent)} statements")
+    return list(zip(sent, parts[-len(sent) :], strict=True))[counted_from:]
+
+
+def total(path: Path) -> int:
+    """A callgrind file's instructions."""
+    return int(CALLGRIND_TOTAL.findall(path.read_text())[-1])
+
+
 def inclusive(out: Path) -> collections.Counter[str]:
     """Each function's inclusive instructions in a callgrind file (recursive calls once)."""
     annotated = subprocess.run(
@@ -190,19 +300,33 @@ def inclusive(out: Path) -> collections.Counter[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--statement", choices=("create", "batch", "update"), default="create")
     parser.add_argument(
-        "--batch-size", type=int, default=1000, help="items a batch statement (1,000)"
+        "--statement", choices=("create", "batch", "update", "turn"), default="create"
     )
-    parser.add_argument("--count", type=int, help="statements counted (500; a batch statement: 5)")
     parser.add_argument(
-        "--warm", type=int, help="statements before them (100; a batch statement: 2)"
+        "--batch-size",
+        type=int,
+        help="items a batch statement (1,000); rows a worker's claim (run_worker's default)",
+    )
+    parser.add_argument(
+        "--count", type=int, help="statements counted (500; a batch statement: 5; turns: 8)"
+    )
+    parser.add_argument(
+        "--warm", type=int, help="statements before them (100; a batch statement: 2; turns: 2)"
     )
     parser.add_argument("--top", type=int, default=40, help="functions listed (40)")
+    parser.add_argument(
+        "--functions-of",
+        metavar="NAME",
+        help="turns: list the functions of this statement only (its name as printed)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the callgrind files (their folder is printed)"
+    )
     args = parser.parse_args()
-    batch = args.statement == "batch"
-    args.count = args.count or (5 if batch else 500)
-    args.warm = args.warm or (2 if batch else 100)
+    few = args.statement in ("batch", "turn")
+    args.count = args.count or (8 if args.statement == "turn" else 5 if few else 500)
+    args.warm = args.warm or (2 if few else 100)
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
 
@@ -210,34 +334,64 @@ def main() -> None:
     state_dir.chmod(0o755)  # the server's own account works in it
     try:
         pgdata, values = prepared_folder(state_dir)
+        if args.batch_size is None:
+            from delivery.worker import WorkerConfig
+
+            args.batch_size = WorkerConfig.batch_size if args.statement == "turn" else 1000
         # Catalog caches and kept plans are the connection's: warmed within each run by its
         # first `--warm` statements. This run fills the table's first pages.
         single_user(pgdata, statements("create", args.warm, values, args.batch_size), None)
         profiles = state_dir / "callgrind"
         profiles.mkdir(mode=0o777)
         profiles.chmod(0o777)  # written by the server's account
-        runs = []
-        for count in (args.warm, args.warm + args.count):
-            out = profiles / f"callgrind.{count}"
-            total = single_user(
-                pgdata, statements(args.statement, count, values, args.batch_size), out
+        if args.statement == "turn":
+            single_user(pgdata, turn_rows(values, args.warm + args.count, args.batch_size), None)
+            counted = worker_turns(pgdata, args.warm, args.count, args.batch_size, profiles)
+            rows = args.count * args.batch_size
+            by_statement: dict[str, list[int]] = collections.defaultdict(list)
+            grown: collections.Counter[str] = collections.Counter()
+            for name, part in counted:
+                by_statement[name].append(total(part))
+                if args.functions_of in (None, name):
+                    grown.update(inclusive(part))
+            each = sum(map(sum, by_statement.values())) / rows
+            print(
+                f"worker's turns of {args.batch_size} rows: {each:,.0f} instructions a row "
+                "in the worker's backend; by statement, a row (each run's least and most):"
             )
-            runs.append((total, inclusive(out)))
-        (before, by_function_before), (after, by_function_after) = runs
-        each = (after - before) / args.count
-        per_row = f", {each / args.batch_size:,.0f} a row" if batch else ""
-        print(f"{args.statement}: {each:,.0f} instructions a statement{per_row}")
-        grown = by_function_after
-        grown.subtract(by_function_before)
+            for name, runs in sorted(by_statement.items(), key=lambda item: -sum(item[1])):
+                print(
+                    f"{sum(runs) / rows:12,.0f}  {name} ({min(runs) / args.batch_size:,.0f}-"
+                    f"{max(runs) / args.batch_size:,.0f}, {len(runs)} runs)"
+                )
+            print(f"by function, a row: {args.functions_of or 'every statement'}")
+            scale = rows
+            if args.functions_of:
+                each = sum(by_statement[args.functions_of]) / rows
+        else:
+            runs = []
+            for count in (args.warm, args.warm + args.count):
+                out = profiles / f"callgrind.{count}"
+                total_ = single_user(
+                    pgdata, statements(args.statement, count, values, args.batch_size), out
+                )
+                runs.append((total_, inclusive(out)))
+            (before, by_function_before), (after, grown) = runs
+            grown.subtract(by_function_before)
+            each = (after - before) / args.count
+            per_row = f", {each / args.batch_size:,.0f} a row" if few else ""
+            print(f"{args.statement}: {each:,.0f} instructions a statement{per_row}")
+            scale = args.count
         # Below the functions every instruction runs under (main and its callers).
-        inside = [
-            (name, n / args.count) for name, n in grown.most_common() if n / args.count < each
-        ]
+        inside = [(name, n / scale) for name, n in grown.most_common() if n / scale < each]
         for name, instructions in inside[: args.top]:
             print(f"{instructions:12,.0f}  {name}")
     finally:
         embedded_db.stop(state_dir)
-        shutil.rmtree(state_dir, ignore_errors=True)
+        if args.keep:
+            print(f"callgrind files: {state_dir / 'callgrind'}")
+        else:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,36 @@ def positive_int(value: str) -> int:
     return number
 
 
+def worker_from_settings(*, concurrency: int, batch_size: int) -> Worker:
+    """A delivery worker configured from the settings, as `run_worker` runs it (also what
+    bench/pg_instructions.py measures)."""
+    return Worker(
+        providers=providers_from_settings(),
+        config=WorkerConfig(
+            concurrency=concurrency,
+            batch_size=batch_size,
+            claim_timeout_s=settings.NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS,
+            send_timeout_s=settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS,
+            poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
+            heartbeat_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,
+            rate_limit=RateLimit(
+                limit=settings.NOTIFYQUEUE_RATE_LIMIT,
+                window_s=settings.NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS,
+            ),
+            circuit=CircuitPolicy(
+                threshold=settings.NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD,
+                cooldown_s=settings.NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS,
+                # A probe unanswered for twice the provider timeout lost its worker.
+                probe_timeout_s=2 * settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS,
+            ),
+        ),
+        policy=RetryPolicy(
+            base_s=settings.NOTIFYQUEUE_BACKOFF_BASE_SECONDS,
+            max_s=settings.NOTIFYQUEUE_BACKOFF_MAX_SECONDS,
+        ),
+    )
+
+
 class Command(BaseCommand):
     help = "Runs a delivery worker until SIGTERM/SIGINT (or, with --until-empty, until idle)."
 
@@ -56,34 +86,9 @@ class Command(BaseCommand):
                 "the slowest provider call, or another worker takes it over and sends it again"
             )
         try:
-            providers = providers_from_settings()
+            worker = worker_from_settings(concurrency=concurrency, batch_size=batch_size)
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
-        worker = Worker(
-            providers=providers,
-            config=WorkerConfig(
-                concurrency=concurrency,
-                batch_size=batch_size,
-                claim_timeout_s=claim_timeout_s,
-                send_timeout_s=send_timeout_s,
-                poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
-                heartbeat_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,
-                rate_limit=RateLimit(
-                    limit=settings.NOTIFYQUEUE_RATE_LIMIT,
-                    window_s=settings.NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS,
-                ),
-                circuit=CircuitPolicy(
-                    threshold=settings.NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD,
-                    cooldown_s=settings.NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS,
-                    # A probe unanswered for twice the provider timeout lost its worker.
-                    probe_timeout_s=2 * settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS,
-                ),
-            ),
-            policy=RetryPolicy(
-                base_s=settings.NOTIFYQUEUE_BACKOFF_BASE_SECONDS,
-                max_s=settings.NOTIFYQUEUE_BACKOFF_MAX_SECONDS,
-            ),
-        )
         webhooks = WebhookSender(
             poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
             reclaim_interval_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,
