@@ -178,11 +178,23 @@ def single_user(pgdata: Path, text: str, out: Path | None) -> int:
     return int(COLLECTED.findall(done.stderr)[-1])
 
 
-def turn_rows(values: dict[str, str], turns: int, batch_size: int) -> str:
-    """The single-user server's input that leaves `turns` full claims due: batch creates of
+def turn_rows(values: dict[str, str], turns: int, batch_size: int, history: int) -> str:
+    """The single-user server's input that leaves `turns` full claims due: `history` rows
+    already SENT (written directly, as the benchmark's history is), then batch creates of
     `batch_size` rows, each row to its own recipient (so the rate limit admits every one),
-    then the statistics a worker would have refreshed."""
-    texts = [_batch(values, f"turn-{n}", batch_size, recipients=True) for n in range(turns)]
+    then the statistics a worker would have refreshed. Without a history the tables are so
+    small that the planner reads them whole (a claim hashed the whole notification table)."""
+    texts = [
+        f"""INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                channel, recipient, subject, body, priority, metadata, fallback_channels,
+                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                sent_at, created_at, updated_at)
+            SELECT gen_random_uuid(), '{values["client_id"]}', 'history-' || g, '', 'email',
+                   'history-' || g || '@example.com', 'Hi', 'Body', 2, '{{}}', '[]', 'SENT',
+                   now(), now(), 1, 6, 0, now(), now(), now()
+            FROM generate_series(1, {history}) AS g"""
+    ]
+    texts += [_batch(values, f"turn-{n}", batch_size, recipients=True) for n in range(turns)]
     texts.append("VACUUM ANALYZE")
     return "".join(f"{text.rstrip().rstrip(';')};\n\n" for text in texts)
 
@@ -316,6 +328,9 @@ def main() -> None:
     )
     parser.add_argument("--top", type=int, default=40, help="functions listed (40)")
     parser.add_argument(
+        "--history", type=int, default=100_000, help="turns: rows already SENT (100,000)"
+    )
+    parser.add_argument(
         "--functions-of",
         metavar="NAME",
         help="turns: list the functions of this statement only (its name as printed)",
@@ -345,7 +360,8 @@ def main() -> None:
         profiles.mkdir(mode=0o777)
         profiles.chmod(0o777)  # written by the server's account
         if args.statement == "turn":
-            single_user(pgdata, turn_rows(values, args.warm + args.count, args.batch_size), None)
+            made = turn_rows(values, args.warm + args.count, args.batch_size, args.history)
+            single_user(pgdata, made, None)
             counted = worker_turns(pgdata, args.warm, args.count, args.batch_size, profiles)
             rows = args.count * args.batch_size
             by_statement: dict[str, list[int]] = collections.defaultdict(list)

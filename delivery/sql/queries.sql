@@ -58,10 +58,15 @@ WITH RECURSIVE pairs AS (
             -- copy). A record changed meanwhile is locked in its new version, which the
             -- UPDATE below re-checks: its WHERE names the record's own status and due time.
             -- (Not here: the planner would count them as a second filter and might start
-            -- from the record, a scan of the whole history.)
+            -- from the record, a scan of the whole history.) The record is found by an
+            -- equality the planner can only use as a probe of its primary key for each queue
+            -- row: it does not know how many rows LIMIT dp.share takes, and with `n.id = q.id`
+            -- it merge-joined the pair's every due row with the record's whole primary key
+            -- once its statistics counted a few thousand due (docs/performance.md,
+            -- "Twentieth round").
             SELECT n.id, q.due_at, q.created_at
             FROM notification_queue AS q
-            JOIN notification AS n ON n.id = q.id
+            JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
             WHERE q.status = 'PENDING' AND q.priority = dp.priority
               AND q.client_id = dp.client_id AND q.due_at <= notifyqueue_now()
             ORDER BY q.due_at, q.created_at
