@@ -1,8 +1,9 @@
-"""PostgreSQL's instructions for one statement of the hot path, counted by callgrind: a figure
+"""PostgreSQL's instructions for the statements of the hot path, counted by callgrind: a figure
 the host's speed does not move, for changes too small for the benchmark's noise to show.
 
-    .venv/bin/python bench/pg_instructions.py [--statement create|batch|update] [--count N]
-        [--warm N] [--batch-size 1000] [--top 40]
+    .venv/bin/python bench/pg_instructions.py [--statement create|batch|update|turn]
+        [--count N] [--warm N] [--batch-size N] [--history N] [--top 40]
+        [--functions-of NAME] [--keep]
 
 Needs valgrind (`apt-get install valgrind`) and the pgserver wheel's PostgreSQL (the embedded
 one). Starts a server of its own in a temporary folder, migrates it, makes a client with an
@@ -20,9 +21,19 @@ Statements:
 - `batch`: the batch create (`notifications_create_many`) of `--batch-size` items, also
   counted a row;
 - `update`: a one-row UPDATE of `notification` that changes nothing (`updated_at =
-  updated_at`): what every statement writing the table pays, its triggers included.
+  updated_at`): what every statement writing the table pays, its triggers included;
+- `turn`: the delivery worker's turns. `--history` rows already SENT and `--warm` +
+  `--count` claims' worth of rows due (each to its own recipient) are written first; then a
+  server under callgrind (a real one: the worker's statements arrive as a client's) serves a
+  worker built as `run_worker` builds it, in this process, for that many turns
+  (`Worker.run_once`: claim, admission, the simulated provider's store, finish). Callgrind
+  writes one file for each statement the worker's backend ran, so each statement of the last
+  `--count` turns is counted on its own, by the name it has in its `.sql` file, a row; with
+  each turn's least and most, since a plan can change from one turn to the next.
+  `NOTIFYQUEUE_SIMULATED_FAILURE_RATE=1` makes every send fail (retries, freed slots).
 
-docs/performance.md, "Nineteenth round", has its figures and what they left out.
+docs/performance.md, "Nineteenth round" and "Twentieth round", has its figures and what they
+left out.
 """
 
 from __future__ import annotations

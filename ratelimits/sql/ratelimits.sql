@@ -105,10 +105,15 @@ SELECT due_at FROM deferred
 
 -- name: ratelimit_release_freed
 -- Failed attempts freed their slots (their window rows were deleted by the finish): for each
--- such key, the next row a deferral holds back may go now.
+-- such key, the next row a deferral holds back may go now. Only a key with a held row has
+-- anything to release: a probe of notification_rate_held tells first, as in the admission, so
+-- a claim that failed whole (a provider down) does not call the function for every row.
 SELECT ratelimit_release_next(f.channel, f.client_id, f.recipient, f.id)
 FROM unnest(%(channels)s::text[], %(client_ids)s::uuid[], %(recipients)s::text[], %(ids)s::uuid[])
      AS f(channel, client_id, recipient, id)
+WHERE EXISTS (SELECT 1 FROM notification AS w
+              WHERE md5(w.recipient)::uuid = md5(f.recipient)::uuid
+                AND w.recipient = f.recipient AND w.rate_deferred_from IS NOT NULL)
 
 -- name: ratelimit_prune
 -- Forgets deliveries that have left every window, a bounded number at a time.

@@ -255,6 +255,26 @@ def test_a_failed_attempt_gives_its_slot_back(clock, workers):
     assert not RecipientDelivery.objects.exists()
 
 
+def test_failed_attempts_let_the_rows_held_behind_them_go_at_once(clock, workers):
+    """Limit 2: of four rows to one address, two are sent and two held to +60 s. Both sends
+    fail for good, giving their slots back, so the two held rows go at once (and fail too)
+    instead of a minute later: the finish answers which slots were freed, and the worker lets
+    the next held row of each such key go (`ratelimit_release_freed`)."""
+    client = ClientFactory()
+    rows = [
+        NotificationFactory(client=client, recipient="permanent-failure@example.com")
+        for _ in range(4)
+    ]
+    worker = limited_worker(clock, limit=2)
+    workers(worker)
+    step_until_idle(worker)
+    statuses = Notification.objects.filter(id__in=[n.id for n in rows]).values_list(
+        "status", flat=True
+    )
+    assert sorted(statuses) == [Status.FAILED] * 4
+    assert not RecipientDelivery.objects.exists()
+
+
 def test_a_lost_claim_is_not_deferred(clock):
     client = ClientFactory()
     recipient = "ada@example.com"
