@@ -300,7 +300,7 @@ def worker_turns(
     return list(zip(sent, parts[-len(sent) :], strict=True))[counted_from:]
 
 
-def total(path: Path) -> int:
+def part_instructions(path: Path) -> int:
     """A callgrind file's instructions."""
     return int(CALLGRIND_TOTAL.findall(path.read_text())[-1])
 
@@ -332,7 +332,7 @@ def main() -> None:
         help="items a batch statement (1,000); rows a worker's claim (run_worker's default)",
     )
     parser.add_argument(
-        "--count", type=int, help="statements counted (500; a batch statement: 5; turns: 8)"
+        "--count", type=int, help="statements counted (500; a batch statement: 5; turns: 16)"
     )
     parser.add_argument(
         "--warm", type=int, help="statements before them (100; a batch statement: 2; turns: 2)"
@@ -351,7 +351,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     few = args.statement in ("batch", "turn")
-    args.count = args.count or (8 if args.statement == "turn" else 5 if few else 500)
+    args.count = args.count or (16 if args.statement == "turn" else 5 if few else 500)
     args.warm = args.warm or (2 if few else 100)
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
@@ -378,18 +378,18 @@ def main() -> None:
             by_statement: dict[str, list[int]] = collections.defaultdict(list)
             grown: collections.Counter[str] = collections.Counter()
             for name, part in counted:
-                by_statement[name].append(total(part))
+                by_statement[name].append(part_instructions(part))
                 if args.functions_of in (None, name):
                     grown.update(inclusive(part))
             each = sum(map(sum, by_statement.values())) / rows
             print(
                 f"worker's turns of {args.batch_size} rows: {each:,.0f} instructions a row "
-                "in the worker's backend; by statement, a row (each run's least and most):"
+                "in the worker's backend; by statement, a row (each turn's least and most):"
             )
-            for name, runs in sorted(by_statement.items(), key=lambda item: -sum(item[1])):
+            for name, turns in sorted(by_statement.items(), key=lambda item: -sum(item[1])):
                 print(
-                    f"{sum(runs) / rows:12,.0f}  {name} ({min(runs) / args.batch_size:,.0f}-"
-                    f"{max(runs) / args.batch_size:,.0f}, {len(runs)} runs)"
+                    f"{sum(turns) / rows:12,.0f}  {name} ({min(turns) / args.batch_size:,.0f}-"
+                    f"{max(turns) / args.batch_size:,.0f}, {len(turns)} turns)"
                 )
             print(f"by function, a row: {args.functions_of or 'every statement'}")
             scale = rows
@@ -399,10 +399,10 @@ def main() -> None:
             runs = []
             for count in (args.warm, args.warm + args.count):
                 out = profiles / f"callgrind.{count}"
-                total_ = single_user(
+                total = single_user(
                     pgdata, statements(args.statement, count, values, args.batch_size), out
                 )
-                runs.append((total_, inclusive(out)))
+                runs.append((total, inclusive(out)))
             (before, by_function_before), (after, grown) = runs
             grown.subtract(by_function_before)
             each = (after - before) / args.count
@@ -410,7 +410,7 @@ def main() -> None:
             print(f"{args.statement}: {each:,.0f} instructions a statement{per_row}")
             scale = args.count
         # Below the functions every instruction runs under (main and its callers).
-        inside = [(name, n / scale) for name, n in grown.most_common() if n / scale < each]
+        inside = [(name, n / scale) for name, n in grown.most_common() if n / scale < 0.999 * each]
         for name, instructions in inside[: args.top]:
             print(f"{instructions:12,.0f}  {name}")
     finally:
