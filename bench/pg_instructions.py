@@ -2,7 +2,7 @@
 the host's speed does not move, for changes too small for the benchmark's noise to show.
 
     .venv/bin/python bench/pg_instructions.py [--statement create|batch|update|turn]
-        [--count N] [--warm N] [--batch-size N] [--history N] [--top 40]
+        [--count N] [--warm N] [--batch-size N] [--history N] [--webhooks] [--top 40]
         [--functions-of NAME] [--keep]
 
 Needs valgrind (`apt-get install valgrind`) and the pgserver wheel's PostgreSQL (the embedded
@@ -30,7 +30,8 @@ Statements:
   writes one file for each statement the worker's backend ran, so each statement of the last
   `--count` turns is counted on its own, by the name it has in its `.sql` file, a row; with
   each turn's least and most, since a plan can change from one turn to the next.
-  `NOTIFYQUEUE_SIMULATED_FAILURE_RATE=1` makes every send fail (retries, freed slots).
+  `NOTIFYQUEUE_SIMULATED_FAILURE_RATE=1` makes every send fail (retries, freed slots);
+  `--webhooks` gives the client a webhook URL, so each finish also writes its events.
 
 docs/performance.md, "Nineteenth round" and "Twentieth round", has its figures and what they
 left out.
@@ -189,12 +190,16 @@ def single_user(pgdata: Path, text: str, out: Path | None) -> int:
     return int(COLLECTED.findall(done.stderr)[-1])
 
 
-def turn_rows(values: dict[str, str], turns: int, batch_size: int, history: int) -> str:
+def turn_rows(
+    values: dict[str, str], turns: int, batch_size: int, history: int, *, webhooks: bool
+) -> str:
     """The single-user server's input that leaves `turns` full claims due: `history` rows
     already SENT (written directly, as the benchmark's history is), then batch creates of
     `batch_size` rows, each row to its own recipient (so the rate limit admits every one),
     then the statistics a worker would have refreshed. Without a history the tables are so
-    small that the planner reads them whole (a claim hashed the whole notification table)."""
+    small that the planner reads them whole (a claim hashed the whole notification table).
+    With `webhooks`, the client has a webhook URL, so each final status also writes its event
+    (the outbox trigger; no sender runs)."""
     texts = [
         f"""INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
                 channel, recipient, subject, body, priority, metadata, fallback_channels,
@@ -205,6 +210,11 @@ def turn_rows(values: dict[str, str], turns: int, batch_size: int, history: int)
                    now(), now(), 1, 6, 0, now(), now(), now()
             FROM generate_series(1, {history}) AS g"""
     ]
+    if webhooks:
+        texts.append(
+            "UPDATE clients_client SET webhook_url = 'https://hooks.example.com/notify' "
+            f"WHERE id = '{values['client_id']}'"
+        )
     texts += [_batch(values, f"turn-{n}", batch_size, recipients=True) for n in range(turns)]
     texts.append("VACUUM ANALYZE")
     return "".join(f"{text.rstrip().rstrip(';')};\n\n" for text in texts)
@@ -342,6 +352,11 @@ def main() -> None:
         "--history", type=int, default=100_000, help="turns: rows already SENT (100,000)"
     )
     parser.add_argument(
+        "--webhooks",
+        action="store_true",
+        help="turns: the client has a webhook URL (each final status writes its event)",
+    )
+    parser.add_argument(
         "--functions-of",
         metavar="NAME",
         help="turns: list the functions of this statement only (its name as printed)",
@@ -371,7 +386,13 @@ def main() -> None:
         profiles.mkdir(mode=0o777)
         profiles.chmod(0o777)  # written by the server's account
         if args.statement == "turn":
-            made = turn_rows(values, args.warm + args.count, args.batch_size, args.history)
+            made = turn_rows(
+                values,
+                args.warm + args.count,
+                args.batch_size,
+                args.history,
+                webhooks=args.webhooks,
+            )
             single_user(pgdata, made, None)
             counted = worker_turns(pgdata, args.warm, args.count, args.batch_size, profiles)
             rows = args.count * args.batch_size
