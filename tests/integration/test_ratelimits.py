@@ -357,6 +357,61 @@ def test_a_claims_admission_counts_its_own_earlier_rows_critical_included(clock)
     assert window_count(recipient) == 3
 
 
+def test_a_window_full_of_critical_deliveries_costs_a_claim_no_more_than_its_limit(clock):
+    """CRITICAL deliveries are never held back, so one recipient's window can hold any number
+    of them: 2,000 here, limit 10. A claim of 50 NORMAL rows for that recipient: every count of
+    the window stops at the limit (the verdict is the same for any count from there up; 500
+    entries of `ratelimit_key_at` read). Counted in full, the admission read all 2,000 for each
+    of the 50 rows (100,000 entries). A deferral reads the newest `limit` deliveries only (its
+    `row_number() <= limit` stops the backward walk of the index)."""
+    import uuid
+
+    from django.db import connection, transaction
+
+    from ratelimits.repositories import AdmissionRequest, Deferred
+    from ratelimits.services import recipient_admit
+
+    client = ClientFactory()
+    recipient = "flooded@example.com"
+    anchor = NotificationFactory(client=client, recipient=recipient)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token) "
+            "SELECT %s, %s - g * interval '1 millisecond', %s, gen_random_uuid() "
+            "FROM generate_series(1, 2000) AS g",
+            [rate_key(recipient), clock.now, anchor.id],
+        )
+        cursor.execute("ANALYZE ratelimit_delivery")
+    rows = NotificationFactory.create_batch(50, client=client, recipient=recipient)
+    claims = [
+        AdmissionRequest("email", client.id, recipient, n.id, uuid.uuid4(), critical=False)
+        for n in rows
+    ]
+    repository = RateLimitRepository()
+
+    def entries_read() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_get_xact_tuples_returned('ratelimit_key_at'::regclass)")
+            return cursor.fetchone()[0]
+
+    with transaction.atomic():  # the counters are this transaction's
+        before = entries_read()
+        admitted = repository.recipients_admit(claims=claims, limit=10, window_s=WINDOW_S)
+        admission = entries_read() - before
+    assert admitted == set()
+    assert admission <= len(claims) * (10 + 1), admission
+
+    [claim] = DeliveryRepository().notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
+    with transaction.atomic():
+        before = entries_read()
+        admission = recipient_admit(
+            claim, rate_limit=RateLimit(10, WINDOW_S), repository=repository
+        )
+        deferral = entries_read() - before
+    assert isinstance(admission, Deferred)
+    assert deferral <= 3 * (10 + 1), deferral
+
+
 def test_a_claims_admission_counts_each_key_without_reading_the_whole_window(clock):
     """The window table was small when PL/pgSQL made its first plans; then it fills with
     20,000 deliveries of other recipients (no ANALYZE yet). The admission still counts each
