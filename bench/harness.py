@@ -712,19 +712,7 @@ class Rows:
 
     def _insert(self, prefix: str, count: int, *, status: str) -> None:
         with self.server.connect(DATABASES["ours"]) as conn:
-            conn.execute(
-                """
-                INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
-                    channel, recipient, subject, body, priority, metadata, fallback_channels,
-                    status, send_at, due_at, attempt_count, max_attempts, operator_retries,
-                    sent_at, created_at, updated_at)
-                SELECT gen_random_uuid(), %s, %s || '-' || g, '', 'email',
-                       %s || '-' || g || '@example.com', 'Hi', 'Body', 2, '{}', '[]', %s,
-                       now(), now(), 0, 6, 0, CASE WHEN %s = 'SENT' THEN now() END, now(), now()
-                  FROM generate_series(1, %s) AS g
-                """,
-                [self.client_id, prefix, prefix, status, status, count],
-            )
+            notifications_insert(conn, self.client_id, prefix, count, status=status)
             vacuum_analyze(conn)
 
     def delete_except(self, keep_prefixes: tuple[str, ...]) -> None:
@@ -788,6 +776,28 @@ class Poll:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+
+def notifications_insert(
+    executor: Any, client_id: str, prefix: str, count: int, *, status: str
+) -> None:
+    """`count` rows of the client written directly in one statement, keys and recipients
+    `<prefix>-<n>`: a backlog (PENDING) or a history (SENT). `executor` is anything with
+    `execute(sql, params)`: a psycopg connection here, a Django cursor in
+    bench/pg_instructions.py."""
+    executor.execute(
+        """
+        INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+            channel, recipient, subject, body, priority, metadata, fallback_channels,
+            status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+            sent_at, created_at, updated_at)
+        SELECT gen_random_uuid(), %s, %s || '-' || g, '', 'email',
+               %s || '-' || g || '@example.com', 'Hi', 'Body', 2, '{}', '[]', %s,
+               now(), now(), 0, 6, 0, CASE WHEN %s = 'SENT' THEN now() END, now(), now()
+          FROM generate_series(1, %s) AS g
+        """,
+        [client_id, prefix, prefix, status, status, count],
+    )
 
 
 def queue_table_exists(conn: psycopg.Connection) -> bool:

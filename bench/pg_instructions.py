@@ -67,9 +67,10 @@ CALLGRIND_TOTAL = re.compile(r"^(?:summary|totals): (\d+)", re.MULTILINE)
 ANNOTATED = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(?:\?\?\?:)?(\S+)")
 
 
-def prepared_folder(state_dir: Path) -> tuple[Path, dict[str, str]]:
-    """A migrated database in `state_dir` with a client and one notification; its data folder,
-    and the values the statements need (the client, its API key's prefix and hash, the
+def prepared_folder(state_dir: Path, *, history: int = 0) -> tuple[Path, dict[str, str]]:
+    """A migrated database in `state_dir` with a client, one notification and `history` rows
+    of the client already SENT (written directly, as the benchmark's history is); its data
+    folder, and the values the statements need (the client, its API key's prefix and hash, the
     notification's id)."""
     os.environ["DATABASE_URL"] = embedded_db.database_url(state_dir=state_dir)
     import django
@@ -90,6 +91,10 @@ def prepared_folder(state_dir: Path) -> tuple[Path, dict[str, str]]:
         values["client_id"], values["hashed_key"] = cursor.fetchone()
         cursor.execute(_create(values, "first"))
         values["notification_id"] = str(cursor.fetchone()[0])
+        if history:
+            from bench.harness import notifications_insert
+
+            notifications_insert(cursor, values["client_id"], "history", history, status="SENT")
     connection.close()
     embedded_db.stop(state_dir)
     return state_dir / "pgdata", values
@@ -190,26 +195,13 @@ def single_user(pgdata: Path, text: str, out: Path | None) -> int:
     return int(COLLECTED.findall(done.stderr)[-1])
 
 
-def turn_rows(
-    values: dict[str, str], turns: int, batch_size: int, history: int, *, webhooks: bool
-) -> str:
-    """The single-user server's input that leaves `turns` full claims due: `history` rows
-    already SENT (written directly, as the benchmark's history is), then batch creates of
+def turn_rows(values: dict[str, str], turns: int, batch_size: int, *, webhooks: bool) -> str:
+    """The single-user server's input that leaves `turns` full claims due: batch creates of
     `batch_size` rows, each row to its own recipient (so the rate limit admits every one),
-    then the statistics a worker would have refreshed. Without a history the tables are so
-    small that the planner reads them whole (a claim hashed the whole notification table).
-    With `webhooks`, the client has a webhook URL, so each final status also writes its event
-    (the outbox trigger; no sender runs)."""
-    texts = [
-        f"""INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
-                channel, recipient, subject, body, priority, metadata, fallback_channels,
-                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
-                sent_at, created_at, updated_at)
-            SELECT gen_random_uuid(), '{values["client_id"]}', 'history-' || g, '', 'email',
-                   'history-' || g || '@example.com', 'Hi', 'Body', 2, '{{}}', '[]', 'SENT',
-                   now(), now(), 1, 6, 0, now(), now(), now()
-            FROM generate_series(1, {history}) AS g"""
-    ]
+    then the statistics a worker would have refreshed. With `webhooks`, the client has a
+    webhook URL, so each final status also writes its event (the outbox trigger; no sender
+    runs)."""
+    texts = []
     if webhooks:
         texts.append(
             "UPDATE clients_client SET webhook_url = 'https://hooks.example.com/notify' "
@@ -374,7 +366,10 @@ def main() -> None:
     state_dir = Path(tempfile.mkdtemp(prefix="pg-instructions-"))
     state_dir.chmod(0o755)  # the server's own account works in it
     try:
-        pgdata, values = prepared_folder(state_dir)
+        # Without a history the tables are so small that the planner reads them whole (a
+        # claim hashed the whole notification table).
+        history = args.history if args.statement == "turn" else 0
+        pgdata, values = prepared_folder(state_dir, history=history)
         if args.batch_size is None:
             from delivery.worker import WorkerConfig
 
@@ -387,11 +382,7 @@ def main() -> None:
         profiles.chmod(0o777)  # written by the server's account
         if args.statement == "turn":
             made = turn_rows(
-                values,
-                args.warm + args.count,
-                args.batch_size,
-                args.history,
-                webhooks=args.webhooks,
+                values, args.warm + args.count, args.batch_size, webhooks=args.webhooks
             )
             single_user(pgdata, made, None)
             counted = worker_turns(pgdata, args.warm, args.count, args.batch_size, profiles)
