@@ -11,96 +11,16 @@
 -- Claim order: priority first (a CRITICAL always goes before any HIGH); within a priority,
 -- round-robin across clients: every client with a due row gets its first, then every client
 -- its second, ..., each client's own rows by due time. So one client's backlog at a priority
--- never holds another client's rows behind it.
---   pairs: the (priority, client) pairs that have waiting rows, found by a loose index scan of
---          queue_pending_client on notification_queue (one probe per pair, however many rows
---          each has);
---   share: per priority, ceil(limit / number of clients with a due row): no client can take
---          more than its share of one claim while others wait (a claim left short by a
---          client with fewer due rows is filled by the next claim);
---   head:  each pair's due rows, at most its share, locked with SKIP LOCKED.
--- The cost grows with the number of clients that have waiting rows, not with the rows.
-WITH RECURSIVE pairs AS (
-    (SELECT priority, client_id FROM notification_queue
-     WHERE status = 'PENDING'
-     ORDER BY priority, client_id
-     LIMIT 1)
-    UNION ALL
-    SELECT following.priority, following.client_id
-    FROM pairs AS pr
-    CROSS JOIN LATERAL (
-        SELECT priority, client_id FROM notification_queue
-        WHERE status = 'PENDING' AND (priority, client_id) > (pr.priority, pr.client_id)
-        ORDER BY priority, client_id
-        LIMIT 1
-    ) AS following
-), due_pairs AS (
-    -- A pair has a due row: its earliest, one probe of queue_pending_client per pair. (A
-    -- plain EXISTS let the planner read the whole queue and group it when one client's
-    -- backlog was large; without the ORDER BY, a scan of the queue until a match.)
-    SELECT pr.priority, pr.client_id,
-           ceil(%(limit)s::numeric / count(*) OVER (PARTITION BY pr.priority))::int AS share
-    FROM pairs AS pr
-    CROSS JOIN LATERAL (
-        SELECT q.due_at FROM notification_queue AS q
-        WHERE q.status = 'PENDING' AND q.priority = pr.priority
-          AND q.client_id = pr.client_id AND q.due_at <= notifyqueue_now()
-        ORDER BY q.due_at
-        LIMIT 1
-    ) AS due_now
-), due AS (
-    SELECT head.id
-    FROM due_pairs AS dp
-    CROSS JOIN LATERAL (
-        SELECT id, due_at, created_at, row_number() OVER (ORDER BY due_at, created_at) AS turn
-        FROM (
-            -- The record is what is locked (found through the queue row, the snapshot's
-            -- copy). A record changed meanwhile is locked in its new version, which the
-            -- UPDATE below re-checks: its WHERE names the record's own status and due time.
-            -- (Not here: the planner would count them as a second filter and might start
-            -- from the record, a scan of the whole history.) The record is found by an
-            -- equality the planner can only use as a probe of its primary key for each queue
-            -- row: it does not know how many rows LIMIT dp.share takes, and with `n.id = q.id`
-            -- it merge-joined the pair's every due row with the record's whole primary key
-            -- once its statistics counted a few thousand due (docs/performance.md,
-            -- "Twentieth round").
-            SELECT n.id, q.due_at, q.created_at
-            FROM notification_queue AS q
-            JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
-            WHERE q.status = 'PENDING' AND q.priority = dp.priority
-              AND q.client_id = dp.client_id AND q.due_at <= notifyqueue_now()
-            ORDER BY q.due_at, q.created_at
-            LIMIT dp.share
-            FOR UPDATE OF n SKIP LOCKED
-        ) AS locked
-    ) AS head
-    ORDER BY dp.priority, head.turn, head.due_at, head.created_at
-    LIMIT %(limit)s
-), claimed AS (
-    UPDATE notification AS n
-    SET status = 'PROCESSING',
-        claim_token = gen_random_uuid(),
-        claimed_by = %(worker)s,
-        claim_expires_at = notifyqueue_now() + make_interval(secs => %(claim_timeout_s)s),
-        attempt_count = n.attempt_count + 1,
-        rate_deferred_from = NULL,
-        updated_at = notifyqueue_now()
-    FROM due
-    WHERE n.id = due.id AND n.status = 'PENDING' AND n.due_at <= notifyqueue_now()
-    RETURNING n.id, n.claim_token, n.client_id, n.channel, n.recipient, n.subject, n.body,
-              n.metadata, n.priority, n.due_at, n.created_at, n.attempt_count, n.max_attempts,
-              n.user_id, n.template, n.payload, n.fallback_channels, n.claim_expires_at
-), attempt AS (
-    INSERT INTO delivery_attempt (notification_id, claim_token, number, channel, worker, started_at)
-    SELECT id, claim_token, attempt_count, channel, %(worker)s, notifyqueue_now() FROM claimed
-)
--- An empty metadata object or fallback list comes back NULL (Claim reads it as empty), so
--- most claimed rows have no JSON for the worker to decode.
-SELECT id, claim_token, client_id, channel, recipient, subject, body,
-       nullif(metadata, '{}'::jsonb) AS metadata, priority, attempt_count, max_attempts,
-       user_id, template, payload, nullif(fallback_channels, '[]'::jsonb) AS fallback_channels
-FROM claimed
-ORDER BY priority, due_at, created_at;
+-- never holds another client's rows behind it. No client takes more than its share of one
+-- claim, ceil(limit / clients with a due row at that priority), while others wait.
+--
+-- The statement is a PL/pgSQL function (migration delivery 0018) so that its plan is made
+-- once per server connection, not on every call: planning was most of a claim of a row or
+-- two. The cost grows with the number of clients that have waiting rows, not with the rows
+-- or the history.
+SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, priority,
+       attempt_count, max_attempts, user_id, template, payload, fallback_channels
+FROM notification_claim_due_many(%(limit)s, %(worker)s, %(claim_timeout_s)s);
 
 -- name: notification_finish
 -- Applies a batch of results (migration delivery 0010 holds the statement): each result
