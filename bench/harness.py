@@ -1109,9 +1109,9 @@ class Bench:
         # machine_speed() at the start and at the end.
         self.speeds: list[str] = []
 
-    def cpu_note(self, key: str, note: str) -> None:
-        self.cpu.setdefault(key, []).append(note)
-        log(f"  CPU per create: {note}")
+    def cpu_note(self, key: str, note: str, *, per: str = "create") -> None:
+        self.cpu.setdefault(f"[{key}] per {per}", []).append(note)
+        log(f"  CPU per {per}: {note}")
 
     def figure(self, key: str, name: str, unit: str, **kwargs) -> Figure:
         if key not in self.figures:
@@ -1172,7 +1172,7 @@ class Bench:
             if "fairness" in c.sections:
                 self.fairness(r)
         if "latency" in c.sections:
-            with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0"):
+            with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0") as self.api:
                 for r in range(c.repeats):
                     self.latency(r)
         if "history" in c.sections:
@@ -1515,10 +1515,15 @@ class Bench:
             )
             time.sleep(3)  # the worker is listening before the first create
             self.server.checkpoint()
+            # The API's and every backend's (the worker's too): what a notification costs at
+            # a steady trickle, where each claim takes a row or two.
+            meter = CpuMeter(self.server, self.api)
+            meter.start()
             total = steady_creates(c, self.api_key, prefix)
             deadline = time.monotonic() + 60
             while self.rows.waiting(prefix) and time.monotonic() < deadline:
                 time.sleep(0.2)
+            self.cpu_note("latency", meter.stop(total), per="notification created and sent")
             processes_stop(processes)
             with self.server.connect(DATABASES["ours"]) as conn:
                 created = conn.execute(
@@ -1673,7 +1678,7 @@ class Bench:
         print()
         print(f"machine at the start: {self.speeds[0]}; at the end: {self.speeds[-1]}")
         for key, notes in self.cpu.items():
-            print(f"cpu: [{key}] per create, each repeat: {'; '.join(notes)}")
+            print(f"cpu: {key}, each repeat: {'; '.join(notes)}")
         for line in self.checks:
             print(f"check: {line}")
         if self.problems:
