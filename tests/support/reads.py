@@ -35,3 +35,21 @@ def table_reads_since(table: str, before: Reads) -> Reads:
         for name, (scans, returned) in now.items()
         if (scans, returned) != before[name]
     }
+
+
+def pages_visited(tables: tuple[str, ...]) -> int:
+    """Pages of `tables` and of their indexes this transaction has asked for so far, read or
+    found in shared buffers. A walk of an index counts every page it passes, where the entries
+    `table_reads` counts are only those that matched."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))
+              FROM pg_class c
+             WHERE c.oid = ANY (%(tables)s::regclass[])
+                OR c.oid IN (SELECT indexrelid FROM pg_index
+                              WHERE indrelid = ANY (%(tables)s::regclass[]))
+            """,
+            {"tables": list(tables)},
+        )
+        return cursor.fetchone()[0]
