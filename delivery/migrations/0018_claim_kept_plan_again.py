@@ -44,135 +44,56 @@ made with an empty queue, a full one or statistics from two moments, and a claim
 burst its plan never saw to about 2,500 pages, kept plan or planned each call.
 """
 
+from importlib import import_module
+
 from django.db import migrations
 
-ARGUMENTS = "integer, text, double precision"
-
-FUNCTION = """
-CREATE FUNCTION notification_claim_due_many(
-    p_limit integer, p_worker text, p_claim_timeout_s double precision
-) RETURNS TABLE (
-    id uuid, claim_token uuid, client_id uuid, channel notification_channel,
-    recipient varchar, subject text, body text, metadata jsonb,
-    priority notification_priority, attempt_count notification_count,
-    max_attempts notification_count, user_id varchar, template varchar, payload jsonb,
-    fallback_channels jsonb
-)
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_bitmapscan = off
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-SET enable_memoize = off
-SET enable_sort = off
-SET enable_incremental_sort = off
-AS $$
-#variable_conflict use_column
-BEGIN
-    -- Below KEPT_FROM_ROWS records a kept plan could be made from figures that cannot tell
-    -- one index from another: each claim is planned for itself instead.
-    IF (SELECT c.reltuples FROM pg_class AS c WHERE c.oid = 'notification'::regclass)
-       < KEPT_FROM_ROWS THEN
-        PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
-    END IF;
-    RETURN QUERY
-    -- pairs: the (priority, client) pairs with waiting rows, by a loose index scan of
-    --        queue_pending_client (one probe per pair, however many rows each has);
-    -- due_pairs: the pairs with a due row, each with its share of the claim:
-    --        ceil(limit / number of clients with a due row at that priority);
-    -- due:   each pair's due rows, at most its share, locked with SKIP LOCKED; then taken in
-    --        turns across the pairs (every client's first, then every client's second...).
-    -- The cost grows with the number of clients that have waiting rows, not with the rows.
-    WITH RECURSIVE pairs AS (
-        (SELECT q.priority, q.client_id FROM notification_queue AS q
-         WHERE q.status = 'PENDING'
-         ORDER BY q.priority, q.client_id
-         LIMIT 1)
-        UNION ALL
-        SELECT following.priority, following.client_id
-        FROM pairs AS pr
-        CROSS JOIN LATERAL (
-            SELECT q.priority, q.client_id FROM notification_queue AS q
-            WHERE q.status = 'PENDING' AND (q.priority, q.client_id) > (pr.priority, pr.client_id)
-            ORDER BY q.priority, q.client_id
-            LIMIT 1
-        ) AS following
-    ), due_pairs AS (
-        SELECT pr.priority, pr.client_id,
-               ceil(p_limit::numeric / count(*) OVER (PARTITION BY pr.priority))::int AS share
-        FROM pairs AS pr
-        CROSS JOIN LATERAL (
-            SELECT q.due_at FROM notification_queue AS q
-            WHERE q.status = 'PENDING'
-              AND (q.priority, q.client_id, q.due_at)
-                  BETWEEN (pr.priority, pr.client_id, '-infinity'::timestamptz)
-                      AND (pr.priority, pr.client_id, notifyqueue_now())
-            ORDER BY q.priority, q.client_id, q.due_at
-            LIMIT 1
-        ) AS due_now
-    ), due AS (
-        SELECT head.id
-        FROM due_pairs AS dp
-        CROSS JOIN LATERAL (
-            SELECT locked.id, locked.due_at, locked.created_at,
-                   row_number() OVER (ORDER BY locked.due_at, locked.created_at) AS turn
-            FROM (
-                -- The record is what is locked (found through the queue row, the snapshot's
-                -- copy). A record changed meanwhile is locked in its new version, which the
-                -- UPDATE below re-checks: its WHERE names the record's own status and due
-                -- time. (Not here: the planner might start from the record.)
-                SELECT n.id, q.due_at, q.created_at
-                FROM notification_queue AS q
-                JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
-                WHERE q.status = 'PENDING'
-                  AND (q.priority, q.client_id, q.due_at)
-                      BETWEEN (dp.priority, dp.client_id, '-infinity'::timestamptz)
-                          AND (dp.priority, dp.client_id, notifyqueue_now())
-                ORDER BY q.priority, q.client_id, q.due_at, q.created_at
-                LIMIT dp.share
-                FOR UPDATE OF n SKIP LOCKED
-            ) AS locked
-        ) AS head
-        ORDER BY dp.priority, head.turn, head.due_at, head.created_at
-        LIMIT p_limit
-    ), claimed AS (
-        UPDATE notification AS n
-        SET status = 'PROCESSING',
-            claim_token = gen_random_uuid(),
-            claimed_by = p_worker,
-            claim_expires_at = notifyqueue_now() + make_interval(secs => p_claim_timeout_s),
-            attempt_count = n.attempt_count + 1,
-            rate_deferred_from = NULL,
-            updated_at = notifyqueue_now()
-        FROM due
-        WHERE n.id = ANY (ARRAY[due.id]) AND n.status = 'PENDING'
-          AND n.due_at <= notifyqueue_now()
-        RETURNING n.id, n.claim_token, n.client_id, n.channel, n.recipient, n.subject, n.body,
-                  n.metadata, n.priority, n.due_at, n.created_at, n.attempt_count,
-                  n.max_attempts, n.user_id, n.template, n.payload, n.fallback_channels
-    ), attempt AS (
-        INSERT INTO delivery_attempt (notification_id, claim_token, number, channel, worker,
-                                      started_at)
-        SELECT c.id, c.claim_token, c.attempt_count, c.channel, p_worker, notifyqueue_now()
-        FROM claimed AS c
-    )
-    -- An empty metadata object or fallback list comes back NULL (Claim reads it as empty), so
-    -- most claimed rows have no JSON for the worker to decode.
-    SELECT c.id, c.claim_token, c.client_id, c.channel, c.recipient, c.subject, c.body,
-           nullif(c.metadata, '{}'::jsonb), c.priority, c.attempt_count, c.max_attempts,
-           c.user_id, c.template, c.payload, nullif(c.fallback_channels, '[]'::jsonb)
-    FROM claimed AS c
-    ORDER BY c.priority, c.due_at, c.created_at;
-END $$;
-"""
-
+_kept_before = import_module("delivery.migrations.0013_claim_function")
+ARGUMENTS = _kept_before.ARGUMENTS
 
 # The records the statistics must count before the kept plan is used (see above). At 200
 # creates a second an installation passes it within a minute or two; where it takes longer,
 # planning each claim costs little in all.
 KEPT_FROM_ROWS = 10_000
-FUNCTION = FUNCTION.replace("KEPT_FROM_ROWS", str(KEPT_FROM_ROWS))
+
+# 0013's function with these changes, each made in exactly one place.
+CHANGES = [
+    # The answer's types are the columns' domains since notifications 0021 (RETURN QUERY must
+    # answer exactly its declared types).
+    (
+        "channel varchar, recipient varchar,\n"
+        "    subject text, body text, metadata jsonb, priority smallint, attempt_count integer,\n"
+        "    max_attempts integer,",
+        "channel notification_channel,\n"
+        "    recipient varchar, subject text, body text, metadata jsonb,\n"
+        "    priority notification_priority, attempt_count notification_count,\n"
+        "    max_attempts notification_count,",
+    ),
+    ("SET enable_memoize = off\n", "SET enable_memoize = off\nSET enable_incremental_sort = off\n"),
+    (
+        "BEGIN\n    RETURN QUERY\n",
+        "BEGIN\n"
+        "    -- Below the threshold a kept plan could be made from figures that cannot tell one\n"
+        "    -- index from another: each claim is planned for itself instead.\n"
+        "    IF (SELECT c.reltuples FROM pg_class AS c WHERE c.oid = 'notification'::regclass)\n"
+        f"       < {KEPT_FROM_ROWS} THEN\n"
+        "        PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);\n"
+        "    END IF;\n"
+        "    RETURN QUERY\n",
+    ),
+    (
+        "JOIN notification AS n ON n.id = q.id",
+        "JOIN notification AS n ON n.id = ANY (ARRAY[q.id])",
+    ),
+    (
+        "WHERE n.id = due.id AND n.status = 'PENDING'",
+        "WHERE n.id = ANY (ARRAY[due.id]) AND n.status = 'PENDING'",
+    ),
+]
+FUNCTION = _kept_before.FUNCTION
+for before, after in CHANGES:
+    assert FUNCTION.count(before) == 1, before
+    FUNCTION = FUNCTION.replace(before, after)
 
 
 class Migration(migrations.Migration):
