@@ -388,12 +388,6 @@ def test_cancel_racing_a_claim_exactly_one_wins_and_a_cancelled_row_is_never_sen
     print(f"cancel won {winners['cancel']} rounds, claim won {winners['claim']}")
 
 
-def _rows_read_by_sequential_scans(table: str) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_get_xact_tuples_returned(%s::regclass)", [table])
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.django_db
 def test_the_finish_uses_its_kept_plan_from_a_connections_first_call():
     """PostgreSQL plans a kept statement's first five calls on a connection for their values
@@ -401,43 +395,53 @@ def test_the_finish_uses_its_kept_plan_from_a_connections_first_call():
     was PROCESSING (as they always are: a claim lasts milliseconds); on a table of 2,500 rows
     they walked all of it for a claim of 250 and rescanned the claim's results for each row
     (1,600,000 instructions a row against 134,000: bench/pg_instructions.py --statement turn).
-    The kept plan, the one the test below checks, is the only one (migration delivery 0017)."""
+    The kept plan is the only one (migration delivery 0017) once the record's statistics count
+    10,000 rows (0019); the test below holds both regimes to what they read."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT proconfig FROM pg_proc WHERE proname = 'notification_finish_many'")
         [settings] = cursor.fetchone()
     assert "plan_cache_mode=force_generic_plan" in settings
-    assert "enable_seqscan=off" in settings
+    assert {"enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"} <= set(settings)
 
 
-@pytest.mark.django_db
-def test_the_finishs_kept_plan_reads_no_table_whole():
-    """The finish's plan is kept for the connection (PL/pgSQL, migration delivery 0010), made
-    while the tables were small (a new installation); then 20,000 notifications arrive, not
-    yet analyzed. A finish still finds its rows by their keys: a kept plan that scanned the
-    notification table would make every finish cost more the more was ever sent."""
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("history", [0, 20_000], ids=["planned each call", "kept plan"])
+def test_a_finish_reads_only_what_it_finishes_after_a_burst_its_plan_never_saw(history):
+    """A worker's connection makes the finish's plan on its first finish (PL/pgSQL keeps it,
+    migration delivery 0010); then 20,000 notifications arrive, not yet analyzed. A claim and
+    finish of one row still visit a few dozen pages, whether the plan is kept (the statistics
+    counted 20,000 records sent) or made for each call (an installation's first hours): 42
+    and 52 when written. A plan kept from the installation's first message walked the whole
+    record for the row it finished (20,124 pages), and one that found it by `id = ANY (...)`
+    walked `notification_recipient` whole (307): with so few rows every index holding `id`
+    costs what the primary key costs, which is why a small record is planned for each call."""
     tables = ("notification", "delivery_attempt", "ratelimit_delivery")
+    connection.close()  # a server connection of its own: no plan kept from an earlier test
+    client = ClientFactory()
+    if history:
+        notifications_insert_bulk(client_id=client.id, count=history, status="SENT")
 
     def claim_and_finish() -> list:
-        NotificationFactory()
+        NotificationFactory(client=client)
         [claim] = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
         return repo.notification_finish(
             [Finish(claim.id, claim.claim_token, Status.SENT, Outcome.SENT, message_id="m")]
         )
 
+    claim_and_finish()  # the installation's first message
     with connection.cursor() as cursor:
         for table in tables:
-            cursor.execute(f"ANALYZE {table}")  # small: a few rows at most
-    for _ in range(8):  # past PL/pgSQL's five custom plans: the kept plan is made now
-        claim_and_finish()
-    notifications_insert_bulk(client_id=ClientFactory().id, count=20_000, status="SENT")
+            cursor.execute(f"ANALYZE {table}")
+    claim_and_finish()  # the plan the connection keeps, if it keeps one, is made now
+    notifications_insert_bulk(client_id=client.id, count=20_000, status="SENT")
 
     with transaction.atomic():  # the counters are this transaction's
-        before = {table: _rows_read_by_sequential_scans(table) for table in tables}
+        before = pages_visited(tables)
         [finished] = claim_and_finish()
-        after = {table: _rows_read_by_sequential_scans(table) for table in tables}
+        visited = pages_visited(tables) - before
 
     assert finished.status == Status.SENT
-    assert after == before
+    assert visited <= 100, visited
 
 
 @pytest.mark.django_db
