@@ -7,7 +7,7 @@ the arrays (each result row finds its notification, attempt and rate-limit row b
 key), so the kept generic plan is the one a fresh planning of full tables gives. Sequential
 scans are off for the function: a plan made while the tables were small (a new installation)
 would otherwise scan them whole as they grow
-(tests/integration/test_delivery_claims.py::test_a_finish_reads_only_what_it_finishes_after_a_burst_its_plan_never_saw).
+(tests/integration/test_delivery_claims.py::test_a_turn_reads_only_what_it_touches_after_a_burst_its_plans_never_saw).
 Nothing lives in the client's session: any server connection compiles the function on its
 first call, so it runs through PgBouncer in transaction mode (docs/performance.md, "Seventh
 round").

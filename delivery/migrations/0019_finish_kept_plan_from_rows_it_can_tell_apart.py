@@ -15,8 +15,9 @@ tables' current sizes. Hash and merge joins are off as well: the finish's other 
 each result's attempt and rate-limit slot by their claim token, which a plan could otherwise
 pair by walking those tables' token keys whole.
 
-tests/integration/test_delivery_claims.py holds a claim and finish of one row after such a
-burst to a few dozen pages, kept plan or planned each call.
+tests/integration/test_delivery_claims.py holds a worker's turn of one row after such a burst
+(create, claim, admission, finish) to about a hundred pages of the whole schema, kept plan or
+planned each call.
 """
 
 from importlib import import_module
