@@ -453,36 +453,55 @@ def children(pid: int) -> list[int]:
 class CpuMeter:
     """CPU used by the API's gunicorn processes and by the PostgreSQL backends connected to
     our database, between `start` and `stop`: what a create costs, whatever else the machine
-    runs (its other processes slow the figures, not these)."""
+    runs (its other processes slow the figures, not these). Autovacuum's workers on our
+    database are among those backends; what they spent is also given on its own, with how
+    many times autovacuum vacuumed or analyzed a table in between, so that a figure raised by
+    maintenance says so."""
 
     def __init__(self, server: Server, api: Api) -> None:
         self.server, self.api = server, api
 
-    def _pids(self) -> tuple[list[int], list[int]]:
+    def _pids(self) -> tuple[list[int], dict[int, str], tuple[int, int]]:
         assert self.api.process is not None
         with self.server.connect(DATABASES["ours"]) as conn:
-            backends = [
-                pid
-                for (pid,) in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> "
-                    "pg_backend_pid()",
+            backends = dict(
+                conn.execute(
+                    "SELECT pid, backend_type FROM pg_stat_activity WHERE datname = %s "
+                    "AND pid <> pg_backend_pid()",
                     (DATABASES["ours"],),
-                )
-            ]
-        return [self.api.process.pid, *children(self.api.process.pid)], backends
+                ).fetchall()
+            )
+            maintenance = conn.execute(
+                "SELECT coalesce(sum(autovacuum_count), 0)::int, "
+                "coalesce(sum(autoanalyze_count), 0)::int FROM pg_stat_user_tables"
+            ).fetchone()
+        return [self.api.process.pid, *children(self.api.process.pid)], backends, maintenance
 
     def start(self) -> None:
-        api, database = self._pids()
-        self.before = (cpu_seconds(api), cpu_seconds(database))
+        api, database, self.maintenance = self._pids()
+        self.before = (cpu_seconds(api), cpu_seconds(list(database)))
 
     def stop(self, count: int) -> str:
-        """'API x ms, PostgreSQL y ms' of CPU per one of `count` items since `start`."""
-        api, database = self._pids()
-        spent = []
-        for before, now in zip(self.before, (cpu_seconds(api), cpu_seconds(database)), strict=True):
-            spent.append(sum(used - before.get(pid, 0.0) for pid, used in now.items()))
-        per = [1000 * s / max(count, 1) for s in spent]
-        return f"API {per[0]:.2f} ms, PostgreSQL {per[1]:.2f} ms"
+        """'API x ms, PostgreSQL y ms' of CPU per one of `count` items since `start`, and
+        autovacuum's part of PostgreSQL's when it had one."""
+        api, database, maintenance = self._pids()
+        now = (cpu_seconds(api), cpu_seconds(list(database)))
+        spent = [
+            {pid: used - before.get(pid, 0.0) for pid, used in after.items()}
+            for before, after in zip(self.before, now, strict=True)
+        ]
+        per = [1000 * sum(each.values()) / max(count, 1) for each in spent]
+        note = f"API {per[0]:.2f} ms, PostgreSQL {per[1]:.2f} ms"
+        vacuums, analyzes = (b - a for a, b in zip(self.maintenance, maintenance, strict=True))
+        autovacuum = sum(
+            used for pid, used in spent[1].items() if database[pid] == "autovacuum worker"
+        )
+        if autovacuum or vacuums or analyzes:
+            note += (
+                f" (autovacuum's workers {1000 * autovacuum / max(count, 1):.2f} ms of it; "
+                f"{vacuums} vacuums and {analyzes} analyzes of a table meanwhile)"
+            )
+        return note
 
 
 class Api:
