@@ -94,6 +94,15 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class QueueRows:
+    """The queue table's rows by PostgreSQL's statistics: deleted but not yet vacuumed, and
+    live."""
+
+    dead: int
+    live: int
+
+
+@dataclass(frozen=True)
 class Finished:
     """A result that was applied, and whether the attempt's rate-limit slot was freed."""
 
@@ -258,6 +267,17 @@ class DeliveryRepository:
             for table in stale:
                 SQL.execute(f"analyze_{table}")
         return stale
+
+    def queue_dead_and_live(self) -> QueueRows:
+        """The queue's dead and live rows, as PostgreSQL's statistics count them."""
+        counted = SQL.row("queue_dead_and_live", row=QueueRows)
+        assert counted is not None
+        return counted
+
+    def queue_vacuum(self) -> None:
+        """VACUUMs the queue table, or does nothing if another holds it (autovacuum, another
+        worker). Outside any transaction: VACUUM cannot run in one."""
+        SQL.execute("vacuum_notification_queue")
 
     def worker_stopped(self, *, worker: str, delivered: int) -> None:
         SQL.execute("worker_heartbeat_stop", worker=worker, delivered=delivered)

@@ -164,6 +164,20 @@ ANALYZE (SKIP_LOCKED) ratelimit_delivery;
 -- name: analyze_delivery_attempt
 ANALYZE (SKIP_LOCKED) delivery_attempt;
 
+-- name: queue_dead_and_live
+-- The queue's dead and live rows, as the statistics count them (each backend's counts reach
+-- them within a second of its commits). A finished row leaves the queue, deleted; its index
+-- entries stay until VACUUM removes them, and the claim's walk of the (priority, client) pairs
+-- in queue_pending_client steps over every one: after a drain of 40,000 rows a claim of one
+-- visited 470 pages of that index, 4 once vacuumed (docs/performance.md, "Twenty-second
+-- round").
+SELECT pg_stat_get_dead_tuples('notification_queue'::regclass) AS dead,
+       pg_stat_get_live_tuples('notification_queue'::regclass) AS live;
+
+-- name: vacuum_notification_queue
+-- Never waits: while autovacuum (or another worker) vacuums the queue, this does nothing.
+VACUUM (SKIP_LOCKED) notification_queue;
+
 -- name: worker_heartbeat_upsert
 -- `waiting` restates the worker's wake-up mark, in case another worker took it for a dead
 -- one's (worker_waiting_clear_stale) while this one was stalled.

@@ -17,10 +17,11 @@ from delivery.repositories import DeliveryRepository, Finish
 from notifications.models import Notification, Status
 from notifications.repositories import ListFilters, NotificationRepository
 from tests.support.clock import DbClock
+from tests.support.delivery_helpers import worker_build
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.operator_helpers import notifications_insert_bulk
 from tests.support.queue_table import QUEUE_COLUMNS, queue_differences
-from tests.support.reads import table_reads, table_reads_since
+from tests.support.reads import pages_visited, table_reads, table_reads_since
 
 pytestmark = pytest.mark.django_db
 
@@ -289,3 +290,44 @@ def test_after_a_burst_has_left_the_queue_the_backlog_count_reads_only_its_clien
         assert notifications.pending_count(client_id=client.id, limit=101) == 1
         reads = table_reads_since("notification_queue", before)
     assert reads == {"queue_client_status": (1, 1)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_queue(workers):
+    """A drained burst's rows leave the queue, but their index entries stay until VACUUM
+    removes them, and every claim's walk of the (priority, client) pairs steps over them.
+    Autovacuum comes round within its naptime (a minute), later while busy with large tables;
+    meanwhile a claim of one row after a drain of 20,000 visited 451 pages of the queue and its
+    indexes, against 17 once vacuumed.
+    A worker that finds nothing due, and more than 10,000 dead rows in the queue and more dead
+    than live, vacuums it from a thread of its own (delivery.worker.QUEUE_VACUUM_DEAD_ROWS)."""
+    client = ClientFactory()
+    worker = worker_build()
+    workers(worker)
+
+    def claim_visits() -> int:
+        NotificationFactory(client=client)
+        with transaction.atomic():  # the counters are the transaction's
+            before = pages_visited(("notification_queue",))
+            [claim] = delivery.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
+            visited = pages_visited(("notification_queue",)) - before
+        delivery.notification_finish([Finish(claim.id, claim.claim_token, "SENT", "SENT")])
+        return visited
+
+    burst_drained(client)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # the deletes, counted now
+    assert worker.queue_vacuum_after_drain() is None  # not yet dry: it has not claimed
+    assert worker.run_once().claimed == 0
+    assert delivery.queue_dead_and_live().dead >= 20_000
+    left_by_the_drain = claim_visits()
+
+    vacuum = worker.queue_vacuum_after_drain()
+    assert vacuum is not None
+    vacuum.join(timeout=30)
+    assert not vacuum.is_alive()
+    vacuumed = claim_visits()
+
+    assert delivery.queue_dead_and_live().dead < 10
+    assert worker.queue_vacuum_after_drain() is None  # nothing left to vacuum
+    assert left_by_the_drain > 200 and vacuumed < 50, (left_by_the_drain, vacuumed)
