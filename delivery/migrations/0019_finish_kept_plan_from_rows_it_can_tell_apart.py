@@ -3,13 +3,13 @@ whatever the statistics said when the plan was made.
 
 The finish keeps one plan per server connection (0010, 0017), made on the connection's first
 finish. Made while `notification` held a few dozen rows and then used after a burst of 20,000
-not yet analyzed, it read the whole table for the one row a finish changed (20,128 pages
+not yet analyzed, it read the whole table for the one row a finish changed (20,124 pages
 visited for a claim and finish of one row), the walk 0018 took away from the claim: the update
 joined its results to the record with `n.id = r.id`, which a plan may serve by walking an index
 in order. Written `n.id = ANY (ARRAY[r.id])`, the record can only be probed, row by row; but
 at a few rows every index of `notification` that holds `id` costs what the primary key costs,
-and the probe went through `notification_recipient` (last column `id`) whole instead (1,015
-of its pages for one row). So the finish starts with the claim's threshold (0018): until the
+and the probe went through `notification_recipient` (last column `id`) whole instead (264
+of its pages for one row, with 20,000 rows). So the finish starts with the claim's threshold (0018): until the
 record's statistics count `KEPT_FROM_ROWS` rows, each finish is planned for itself, from the
 tables' current sizes. Hash and merge joins are off as well: the finish's other joins are
 each result's attempt and rate-limit slot by their claim token, which a plan could otherwise

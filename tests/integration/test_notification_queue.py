@@ -298,9 +298,9 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
     removes them, and every claim's walk of the (priority, client) pairs steps over them.
     Autovacuum comes round within its naptime (a minute), later while busy with large tables;
     meanwhile a claim of one row after a drain of 20,000 visited 451 pages of the queue and its
-    indexes, against 17 once vacuumed.
-    A worker that finds nothing due, and more than 10,000 dead rows in the queue and more dead
-    than live, vacuums it from a thread of its own (delivery.worker.QUEUE_VACUUM_DEAD_ROWS)."""
+    indexes, against 17 once vacuumed. A worker that finds nothing due, and more than 10,000
+    dead rows in the queue and more dead than live, vacuums it from a thread of its own
+    (delivery.worker.QUEUE_VACUUM_DEAD_ROWS)."""
     client = ClientFactory()
     worker = worker_build()
     workers(worker)
