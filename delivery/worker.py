@@ -290,17 +290,20 @@ class Worker:
         self._vacuum.start()
         return self._vacuum
 
-    def _queue_vacuum(self, rows: QueueRows) -> None:
+    def _queue_vacuum(self, before: QueueRows) -> None:
         started = time.monotonic()
         try:
             self.repository.queue_vacuum()
+            # Counted again: a VACUUM that found the queue held by another's did nothing.
+            after = self.repository.queue_dead_and_live()
         except DatabaseError:
             log.exception("queue not vacuumed worker=%s", self.worker_id)
         else:
             log.info(
-                "queue vacuumed dead=%d live=%d seconds=%.2f worker=%s",
-                rows.dead,
-                rows.live,
+                "queue vacuum dead=%d dead_after=%d live=%d seconds=%.2f worker=%s",
+                before.dead,
+                after.dead,
+                after.live,
                 time.monotonic() - started,
                 self.worker_id,
             )

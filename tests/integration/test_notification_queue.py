@@ -293,7 +293,7 @@ def test_after_a_burst_has_left_the_queue_the_backlog_count_reads_only_its_clien
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_queue(workers):
+def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_queue(workers, caplog):
     """A drained burst's rows leave the queue, but their index entries stay until VACUUM
     removes them, and every claim's walk of the (priority, client) pairs steps over them.
     Autovacuum comes round within its naptime (a minute), later while busy with large tables;
@@ -322,10 +322,13 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
     assert delivery.queue_dead_and_live().dead >= 20_000
     left_by_the_drain = claim_visits()
 
+    caplog.set_level("INFO", logger="notifyqueue.delivery")
     vacuum = worker.queue_vacuum_after_drain()
     assert vacuum is not None
     vacuum.join(timeout=30)
     assert not vacuum.is_alive()
+    [logged] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("queue vac")]
+    assert int(re.search(r"dead_after=(\d+) ", logged)[1]) < 10, logged
     vacuumed = claim_visits()
 
     assert delivery.queue_dead_and_live().dead < 10
