@@ -70,6 +70,9 @@ STATISTICS_CHECK_S = 1.0
 # (nothing due) that finds more dead rows in the queue than this, and more dead than live,
 # vacuums it itself at that check, from a thread of its own (see queue_vacuum_after_drain).
 QUEUE_VACUUM_DEAD_ROWS = 10_000
+# After a VACUUM that left most of the dead rows (another's pass held the queue, or the role may
+# not vacuum it: only the tables' owner may), the worker waits this long before trying again.
+QUEUE_VACUUM_RETRY_S = 60.0
 # A worker not seen for this many heartbeats (and this long) is taken for dead: its wake-up
 # mark is cleared (see heartbeat).
 WAITING_STALE_HEARTBEATS = 3
@@ -164,6 +167,7 @@ class Worker:
         self._burst_rows = 0
         # The thread vacuuming the queue after a drain, while it runs (queue_vacuum_after_drain).
         self._vacuum: threading.Thread | None = None
+        self._vacuum_not_before = 0.0
         # Whether the worker's heartbeat row asks the creates for wake-ups (`_waiting_mark`):
         # marked before it first sleeps, cleared when its claims come back full.
         self._waiting = False
@@ -274,8 +278,12 @@ class Worker:
         live: what a drained burst leaves. The VACUUM runs in a thread with a database
         connection of its own, closed when it ends, so the loop goes on claiming; one at a time
         a worker, and across workers and autovacuum one at a time too (it skips a queue another
-        is vacuuming). Returns the thread, or None. Only an optimisation: errors are logged."""
+        is vacuuming). One that left most of the dead rows is not tried again for
+        QUEUE_VACUUM_RETRY_S. Returns the thread, or None. Only an optimisation: errors are
+        logged."""
         if not self._dry or (self._vacuum is not None and self._vacuum.is_alive()):
+            return None
+        if time.monotonic() < self._vacuum_not_before:
             return None
         try:
             rows = self.repository.queue_dead_and_live()
@@ -298,7 +306,10 @@ class Worker:
             after = self.repository.queue_dead_and_live()
         except DatabaseError:
             log.exception("queue not vacuumed worker=%s", self.worker_id)
+            self._vacuum_not_before = time.monotonic() + QUEUE_VACUUM_RETRY_S
         else:
+            if after.dead > before.dead // 2:
+                self._vacuum_not_before = time.monotonic() + QUEUE_VACUUM_RETRY_S
             log.info(
                 "queue vacuum dead=%d dead_after=%d live=%d seconds=%.2f worker=%s",
                 before.dead,

@@ -8,11 +8,13 @@ and a finish are HOT updates (no index entry of the wide table written).
 from __future__ import annotations
 
 import re
+import time
 
 import psycopg
 import pytest
 from django.db import connection, transaction
 
+from delivery import worker as delivery_worker
 from delivery.repositories import DeliveryRepository, Finish
 from notifications.models import Notification, Status
 from notifications.repositories import ListFilters, NotificationRepository
@@ -334,3 +336,39 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
     assert delivery.queue_dead_and_live().dead < 10
     assert worker.queue_vacuum_after_drain() is None  # nothing left to vacuum
     assert left_by_the_drain > 200 and vacuumed < 50, (left_by_the_drain, vacuumed)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_finding_the_queue_held_skips_its_vacuum_and_waits_before_the_next(
+    workers, database_url, caplog, monkeypatch
+):
+    """While another holds the queue (autovacuum's pass or another worker's VACUUM, which take
+    the same lock), the worker's VACUUM does nothing at once instead of waiting, its log line
+    says so (the dead rows are still there), and it is not tried again until
+    QUEUE_VACUUM_RETRY_S has passed (a role that may not vacuum the queue, not its owner, would
+    otherwise try every second)."""
+    monkeypatch.setattr(delivery_worker, "QUEUE_VACUUM_RETRY_S", 1.0)
+    caplog.set_level("INFO", logger="notifyqueue.delivery")
+    client = ClientFactory()
+    worker = worker_build()
+    workers(worker)
+    burst_drained(client)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    assert worker.run_once().claimed == 0
+
+    with psycopg.connect(database_url) as holder:  # its transaction holds VACUUM's lock
+        holder.execute("LOCK TABLE notification_queue IN SHARE UPDATE EXCLUSIVE MODE")
+        skipped = worker.queue_vacuum_after_drain()
+        assert skipped is not None
+        skipped.join(timeout=30)
+        assert not skipped.is_alive()
+        assert worker.queue_vacuum_after_drain() is None  # not again at once
+    [logged] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("queue vac")]
+    assert int(re.search(r"dead_after=(\d+) ", logged)[1]) >= 20_000, logged
+
+    time.sleep(1.1)  # the retry interval, shortened above
+    vacuum = worker.queue_vacuum_after_drain()
+    assert vacuum is not None
+    vacuum.join(timeout=30)
+    assert delivery.queue_dead_and_live().dead < 10
