@@ -294,6 +294,22 @@ def test_after_a_burst_has_left_the_queue_the_backlog_count_reads_only_its_clien
     assert reads == {"queue_client_status": (1, 1)}
 
 
+def worker_after_a_drain(workers) -> tuple:
+    """A client whose 20,000-row burst was drained, its dead queue rows counted in the
+    statistics, and an in-process worker that has since found nothing due (dry); the worker
+    vacuums nothing before that."""
+    client = ClientFactory()
+    worker = worker_build()
+    workers(worker)
+    burst_drained(client)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")  # the deletes, counted now
+    assert worker.queue_vacuum_after_drain() is None  # not yet dry: it has not claimed
+    assert worker.run_once().claimed == 0
+    assert delivery.queue_dead_and_live().dead >= 20_000
+    return client, worker
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_queue(workers, caplog):
     """A drained burst's rows leave the queue, but their index entries stay until VACUUM
@@ -303,9 +319,7 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
     indexes, against 17 once vacuumed. A worker that finds nothing due, and more than 10,000
     dead rows in the queue and more dead than live, vacuums it from a thread of its own
     (delivery.worker.QUEUE_VACUUM_DEAD_ROWS)."""
-    client = ClientFactory()
-    worker = worker_build()
-    workers(worker)
+    client, worker = worker_after_a_drain(workers)
 
     def claim_visits() -> int:
         NotificationFactory(client=client)
@@ -316,12 +330,6 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
         delivery.notification_finish([Finish(claim.id, claim.claim_token, "SENT", "SENT")])
         return visited
 
-    burst_drained(client)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_force_next_flush()")  # the deletes, counted now
-    assert worker.queue_vacuum_after_drain() is None  # not yet dry: it has not claimed
-    assert worker.run_once().claimed == 0
-    assert delivery.queue_dead_and_live().dead >= 20_000
     left_by_the_drain = claim_visits()
 
     caplog.set_level("INFO", logger="notifyqueue.delivery")
@@ -349,13 +357,7 @@ def test_a_worker_finding_the_queue_held_skips_its_vacuum_and_waits_before_the_n
     otherwise try every second)."""
     monkeypatch.setattr(delivery_worker, "QUEUE_VACUUM_RETRY_S", 1.0)
     caplog.set_level("INFO", logger="notifyqueue.delivery")
-    client = ClientFactory()
-    worker = worker_build()
-    workers(worker)
-    burst_drained(client)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_force_next_flush()")
-    assert worker.run_once().claimed == 0
+    _, worker = worker_after_a_drain(workers)
 
     with psycopg.connect(database_url) as holder:  # its transaction holds VACUUM's lock
         holder.execute("LOCK TABLE notification_queue IN SHARE UPDATE EXCLUSIVE MODE")
