@@ -294,6 +294,16 @@ def test_after_a_burst_has_left_the_queue_the_backlog_count_reads_only_its_clien
     assert reads == {"queue_client_status": (1, 1)}
 
 
+def database_sessions() -> int:
+    """Client sessions open on the test database, this one's included."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend'"
+        )
+        return cursor.fetchone()[0]
+
+
 def worker_after_a_drain(workers) -> tuple:
     """A client whose 20,000-row burst was drained, its dead queue rows counted in the
     statistics, and an in-process worker that has since found nothing due (dry); the worker
@@ -333,10 +343,12 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
     left_by_the_drain = claim_visits()
 
     caplog.set_level("INFO", logger="notifyqueue.delivery")
+    sessions = database_sessions()
     vacuum = worker.queue_vacuum_after_drain()
     assert vacuum is not None
     vacuum.join(timeout=30)
     assert not vacuum.is_alive()
+    assert database_sessions() == sessions  # the thread's own connection is closed
     [logged] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("queue vac")]
     assert int(re.search(r"dead_after=(\d+) ", logged)[1]) < 10, logged
     vacuumed = claim_visits()
