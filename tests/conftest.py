@@ -90,6 +90,20 @@ def workers():
 
 
 @pytest.fixture
+def queue_without_autovacuum():
+    """Autovacuum kept off `notification_queue` for the test (a transactional one: the setting
+    is the table's, and is reset after), so that what the test reads of the queue's statistics
+    and dead rows is not changed meanwhile by autovacuum coming round."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE notification_queue SET (autovacuum_enabled = false)")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE notification_queue RESET (autovacuum_enabled)")
+
+
+@pytest.fixture
 def chromium() -> str:
     """Debian's chromium's path; the test skips where it could not be installed."""
     if not CHROMIUM.exists():

@@ -307,7 +307,7 @@ def database_sessions() -> int:
 def worker_after_a_drain(workers) -> tuple:
     """A client whose 20,000-row burst was drained, its dead queue rows counted in the
     statistics, and an in-process worker that has since found nothing due (dry); the worker
-    vacuums nothing before that."""
+    vacuums nothing before that. For tests with `queue_without_autovacuum`."""
     client = ClientFactory()
     worker = worker_build()
     workers(worker)
@@ -321,7 +321,9 @@ def worker_after_a_drain(workers) -> tuple:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_queue(workers, caplog):
+def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_queue(
+    workers, caplog, queue_without_autovacuum
+):
     """A drained burst's rows leave the queue, but their index entries stay until VACUUM
     removes them, and every claim's walk of the (priority, client) pairs steps over them.
     Autovacuum comes round within its naptime (a minute), later while busy with large tables;
@@ -360,7 +362,7 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_finding_the_queue_held_skips_its_vacuum_and_waits_before_the_next(
-    workers, database_url, caplog, monkeypatch
+    workers, database_url, caplog, monkeypatch, queue_without_autovacuum
 ):
     """While another holds the queue (autovacuum's pass or another worker's VACUUM, which take
     the same lock), the worker's VACUUM does nothing at once instead of waiting, its log line

@@ -592,11 +592,13 @@ def test_a_busy_worker_checks_the_statistics_every_second_and_beats_at_its_heart
     assert calls[4:] == ["heartbeat", "reclaim", "statistics"]
 
 
-def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check():
+def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check(queue_without_autovacuum):
     """Autoanalyze waits for 10 % of a table to change; until it comes round the planner
     thinks a burst of due rows is one row and every claim may read the whole backlog. The
     worker's maintenance analyzes a hot table once it changed by more than
-    STATISTICS_STALE_ROWS rows (and STATISTICS_STALE_FRACTION of it), and not before."""
+    STATISTICS_STALE_ROWS rows (and STATISTICS_STALE_FRACTION of it), and not before.
+    (Autovacuum, kept off the queue here, analyzes a small table after 50 changes: it would
+    reset the counter this test reads before the worker's refresh runs.)"""
     from django.db import connection
 
     from delivery.worker import STATISTICS_STALE_ROWS
@@ -610,33 +612,25 @@ def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check():
             )
             return cursor.fetchone()[0]
 
+    worker = worker_build()
+    NotificationFactory.create_batch(STATISTICS_STALE_ROWS + 100, client=ClientFactory())
+    deadline = time.monotonic() + 10
+    while changes_since_analyze() <= STATISTICS_STALE_ROWS:
+        assert time.monotonic() < deadline, "the counters never reached pg_stat_user_tables"
+        time.sleep(0.1)  # they get there at the end of a transaction
+    refreshed = worker.statistics_refresh()
+    assert "notification_queue" in refreshed
+    assert "notification" not in refreshed  # the record is read by primary key only
+    assert changes_since_analyze() < STATISTICS_STALE_ROWS
+    # A small sample, as the refresh runs on the worker's loop: statistics target 10, so
+    # at most 11 histogram bounds for 2,100 distinct ids (the default target keeps 101).
     with connection.cursor() as cursor:
-        # Autovacuum analyzes a small table after 50 changes: it would reset the counter
-        # this test reads before the worker's refresh runs.
-        cursor.execute("ALTER TABLE notification_queue SET (autovacuum_enabled = false)")
-    try:
-        worker = worker_build()
-        NotificationFactory.create_batch(STATISTICS_STALE_ROWS + 100, client=ClientFactory())
-        deadline = time.monotonic() + 10
-        while changes_since_analyze() <= STATISTICS_STALE_ROWS:
-            assert time.monotonic() < deadline, "the counters never reached pg_stat_user_tables"
-            time.sleep(0.1)  # they get there at the end of a transaction
-        refreshed = worker.statistics_refresh()
-        assert "notification_queue" in refreshed
-        assert "notification" not in refreshed  # the record is read by primary key only
-        assert changes_since_analyze() < STATISTICS_STALE_ROWS
-        # A small sample, as the refresh runs on the worker's loop: statistics target 10, so
-        # at most 11 histogram bounds for 2,100 distinct ids (the default target keeps 101).
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT cardinality(histogram_bounds::text::text[]) FROM pg_stats "
-                "WHERE tablename = 'notification_queue' AND attname = 'id'"
-            )
-            assert cursor.fetchone()[0] <= 11
-        assert "notification_queue" not in worker.statistics_refresh()  # nothing changed since
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE notification_queue RESET (autovacuum_enabled)")
+        cursor.execute(
+            "SELECT cardinality(histogram_bounds::text::text[]) FROM pg_stats "
+            "WHERE tablename = 'notification_queue' AND attname = 'id'"
+        )
+        assert cursor.fetchone()[0] <= 11
+    assert "notification_queue" not in worker.statistics_refresh()  # nothing changed since
 
 
 def test_the_statistics_refresh_skips_a_table_autovacuum_holds_instead_of_waiting(
@@ -669,7 +663,7 @@ def test_the_statistics_refresh_skips_a_table_autovacuum_holds_instead_of_waitin
 
 
 def test_a_burst_after_a_quiet_spell_has_the_queue_analyzed_before_its_second_claim(
-    close_workers,
+    close_workers, queue_without_autovacuum
 ):
     """The change counters reach pg_stat_user_tables up to a second after a burst's commit,
     after the NOTIFY that wakes the workers; meanwhile the planner counts the rows the queue
@@ -685,25 +679,20 @@ def test_a_burst_after_a_quiet_spell_has_the_queue_analyzed_before_its_second_cl
             return cursor.fetchone()[0]
 
     with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE notification_queue SET (autovacuum_enabled = false)")
         cursor.execute("ANALYZE notification_queue")
-    try:
-        assert planner_rows() == 0
-        worker = worker_build(batch_size=10)
-        close_workers(worker)
-        worker._maintain(time.monotonic())  # the heartbeat and a first check, both due at start
-        assert worker.run_once().claimed == 0  # quiet: a short claim
-        NotificationFactory.create_batch(35, client=ClientFactory())
-        assert worker.run_once().claimed == 10  # the burst's first claim, full
-        worker._maintain(time.monotonic())  # the next turn: checked at once, not in a second
-        assert planner_rows() == 25  # analyzed: the 25 still waiting (the 10 are SENT)
+    assert planner_rows() == 0
+    worker = worker_build(batch_size=10)
+    close_workers(worker)
+    worker._maintain(time.monotonic())  # the heartbeat and a first check, both due at start
+    assert worker.run_once().claimed == 0  # quiet: a short claim
+    NotificationFactory.create_batch(35, client=ClientFactory())
+    assert worker.run_once().claimed == 10  # the burst's first claim, full
+    worker._maintain(time.monotonic())  # the next turn: checked at once, not in a second
+    assert planner_rows() == 25  # analyzed: the 25 still waiting (the 10 are SENT)
 
-        scheduled = worker._next_statistics_check
-        assert worker.run_once().claimed == 10  # full again: the same burst, no new check
-        assert worker._next_statistics_check == scheduled
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE notification_queue RESET (autovacuum_enabled)")
+    scheduled = worker._next_statistics_check
+    assert worker.run_once().claimed == 10  # full again: the same burst, no new check
+    assert worker._next_statistics_check == scheduled
 
 
 def test_a_batch_provider_that_raises_fails_each_row_of_its_batch_temporarily(close_workers):
