@@ -84,30 +84,10 @@ class WebhookEvent(models.Model):
                 name="webhook_event_claim_iff_delivering",
             ),
         ]
+        # The sender's claim and reaper read webhook_queue, never these indexes: an index
+        # naming the state here would keep an entry for every event ever delivered until
+        # VACUUM, and this table's VACUUM reads the whole history (migration 0006).
         indexes = [
-            models.Index(
-                fields=["next_attempt_at"],
-                name="webhook_event_due",
-                condition=Q(state=DeliveryState.PENDING),
-            ),
-            models.Index(
-                fields=["claim_expires_at"],
-                name="webhook_event_claim_expiry",
-                condition=Q(state=DeliveryState.DELIVERING),
-            ),
-            # The fair claim: the distinct clients with waiting events (a skip scan), and
-            # each one's oldest due events.
-            models.Index(
-                fields=["client", "next_attempt_at", "created_at"],
-                name="webhook_event_client_due",
-                condition=Q(state=DeliveryState.PENDING),
-            ),
-            # Each client's events in flight, counted against its share of the senders.
-            models.Index(
-                fields=["client"],
-                name="webhook_event_client_busy",
-                condition=Q(state=DeliveryState.DELIVERING),
-            ),
             # The admin's list, newest first, a page at a time however many events there are:
             # all of them, one client's, and the given-up ones (few: a partial index).
             models.Index(fields=["-created_at", "-id"], name="webhook_event_recent"),
@@ -123,6 +103,69 @@ class WebhookEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.status} for {self.notification_id} [{self.state}]"
+
+
+class WebhookQueueEntry(models.Model):
+    """Every webhook event not yet final (PENDING or DELIVERING), narrow: what the sender's
+    claim, the reaper and the health counts go through.
+
+    Written only by the triggers on `webhook_event` (migration 0006), in the statement that
+    changes the event, under that event's row lock; never written directly. A row copies the
+    event's client, state, due time, creation time and claim expiry; an event that becomes
+    DELIVERED or FAILED leaves this table. So the entries a finished event leaves in the
+    claim's indexes are dead rows of a table the size of the backlog, which VACUUM (and
+    autovacuum, by its share of live rows) clears at the cost of the backlog, not of the whole
+    delivered history. Statements that lock an event lock `webhook_event` (`FOR UPDATE OF e`),
+    never this row, so lock order is always the event first.
+    """
+
+    event = models.OneToOneField(
+        WebhookEvent,
+        primary_key=True,
+        db_column="id",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="queue_entry",
+    )
+    client_id = models.UUIDField()
+    state = models.CharField(
+        max_length=16,
+        choices=[(s.value, s.value) for s in (DeliveryState.PENDING, DeliveryState.DELIVERING)],
+    )
+    next_attempt_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+    claim_expires_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "webhook_queue"
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                name="webhook_queue_due",
+                condition=Q(state=DeliveryState.PENDING),
+            ),
+            models.Index(
+                fields=["claim_expires_at"],
+                name="webhook_queue_claim_expiry",
+                condition=Q(state=DeliveryState.DELIVERING),
+            ),
+            # The fair claim: the distinct clients with waiting events (a skip scan), and
+            # each one's oldest due events.
+            models.Index(
+                fields=["client_id", "next_attempt_at", "created_at"],
+                name="webhook_queue_client_due",
+                condition=Q(state=DeliveryState.PENDING),
+            ),
+            # Each client's events in flight, counted against its share of the senders.
+            models.Index(
+                fields=["client_id"],
+                name="webhook_queue_client_busy",
+                condition=Q(state=DeliveryState.DELIVERING),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} [{self.state}]"
 
 
 class AttemptOutcome(models.TextChoices):

@@ -52,14 +52,15 @@ SELECT min(head.due_at)
        ) AS head;
 
 -- name: webhook_backlog
--- Each count reads one partial index (webhook_event_due, webhook_event_claim_expiry).
-SELECT 'PENDING' AS state, count(*) AS count FROM webhook_event WHERE state = 'PENDING'
+-- Each count reads one partial index of webhook_queue, the events not yet final
+-- (webhook_queue_due, webhook_queue_claim_expiry).
+SELECT 'PENDING' AS state, count(*) AS count FROM webhook_queue WHERE state = 'PENDING'
 UNION ALL
-SELECT 'DELIVERING', count(*) FROM webhook_event WHERE state = 'DELIVERING';
+SELECT 'DELIVERING', count(*) FROM webhook_queue WHERE state = 'DELIVERING';
 
 -- name: webhook_oldest_due
 SELECT min(next_attempt_at)
-  FROM webhook_event
+  FROM webhook_queue
  WHERE state = 'PENDING' AND next_attempt_at <= %(now)s;
 
 -- name: workers_live

@@ -24,7 +24,7 @@ from django.db import connection
 
 from notifications.models import Notification, Status
 from tests.support.http_servers import ScriptedProvider
-from tests.support.queue_table import queue_differences
+from tests.support.queue_table import queue_differences, webhook_queue_differences
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = {Status.SENT, Status.FAILED, Status.DEAD_LETTERED}
@@ -225,6 +225,8 @@ def universal_check(
     # the statement that changed the record, or neither happened.
     astray = queue_differences()
     assert not astray, f"the queue table differs from the record: {astray[:3]}"
+    astray = webhook_queue_differences()
+    assert not astray, f"the webhook queue differs from the events: {astray[:3]}"
     if rate_limit is not None:
         limit, window_s = rate_limit
         by_recipient: dict[str, list[float]] = defaultdict(list)

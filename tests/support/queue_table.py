@@ -1,5 +1,5 @@
-"""The queue table (notification_queue) against the record it copies, for tests that check the
-two agree after writes and faults."""
+"""The queue tables (notification_queue, webhook_queue) against the records they copy, for tests
+that check the two agree after writes and faults."""
 
 from __future__ import annotations
 
@@ -19,4 +19,19 @@ def queue_differences() -> list[tuple]:
     queue = f"SELECT {QUEUE_COLUMNS} FROM notification_queue"
     with connection.cursor() as cursor:
         cursor.execute(f"({record} EXCEPT ALL {queue}) UNION ALL ({queue} EXCEPT ALL {record})")
+        return cursor.fetchall()
+
+
+WEBHOOK_QUEUE_COLUMNS = "id, client_id, state, next_attempt_at, created_at, claim_expires_at"
+
+
+def webhook_queue_differences() -> list[tuple]:
+    """`queue_differences` for webhook_queue against webhook_event's events not yet final."""
+    events = (
+        f"SELECT {WEBHOOK_QUEUE_COLUMNS} FROM webhook_event "
+        "WHERE state IN ('PENDING', 'DELIVERING')"
+    )
+    queue = f"SELECT {WEBHOOK_QUEUE_COLUMNS} FROM webhook_queue"
+    with connection.cursor() as cursor:
+        cursor.execute(f"({events} EXCEPT ALL {queue}) UNION ALL ({queue} EXCEPT ALL {events})")
         return cursor.fetchall()

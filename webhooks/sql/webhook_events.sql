@@ -5,9 +5,9 @@
 
 -- name: webhook_event_claim_plan
 -- Run in the claim's transaction just before webhook_event_claim_due. Otherwise the planner may
--- walk webhook_event_due in due order and filter by client, an incremental sort that reads the
+-- walk webhook_queue_due in due order and filter by client, an incremental sort that reads the
 -- whole backlog of the other clients; without it, each client's events come straight from
--- webhook_event_client_due.
+-- webhook_queue_client_due.
 SET LOCAL enable_incremental_sort = off;
 
 -- name: webhook_event_claim_due
@@ -17,22 +17,24 @@ SET LOCAL enable_incremental_sort = off;
 -- client's backlog or dead endpoint cannot take the batch from the others. Due-ness and the
 -- claim's expiry use the database clock, notifyqueue_now().
 --
--- Cost does not grow with the backlog: `clients` walks the distinct clients with PENDING
--- events by skipping through the index webhook_event_client_due (one index probe per
--- client, however many events each has), and each client then reads at most
--- %(per_client)s due rows from the same index and counts its DELIVERING rows in
--- webhook_event_client_busy. The chosen rows are locked (SKIP LOCKED, so concurrent
--- senders take disjoint sets), marked DELIVERING with a fresh token, their attempt counted
--- and its attempt row opened, all committed before any HTTP call.
--- (The skip scan orders by the whole key of webhook_event_client_due so that the planner reads
--- that partial index, not the foreign key's index, which would also walk each client's history.)
+-- Cost grows with neither the backlog nor the history: it reads webhook_queue, which holds only
+-- the events not yet final (migration 0006). `clients` walks the distinct clients with PENDING
+-- events by skipping through the index webhook_queue_client_due (one index probe per client,
+-- however many events each has), and each client then reads at most %(per_client)s due rows
+-- from the same index and counts its DELIVERING rows in webhook_queue_client_busy. The chosen
+-- events are locked in webhook_event (SKIP LOCKED, so concurrent senders take disjoint sets,
+-- and still PENDING once locked), marked DELIVERING with a fresh token (the queue's trigger
+-- copies the change), their attempt counted and its attempt row opened, all committed before
+-- any HTTP call.
+-- (The skip scan orders by the whole key of webhook_queue_client_due so that the planner reads
+-- that partial index, not another one that would also walk each client's claims in flight.)
 WITH RECURSIVE clients AS (
-    (SELECT client_id FROM webhook_event WHERE state = 'PENDING'
+    (SELECT client_id FROM webhook_queue WHERE state = 'PENDING'
      ORDER BY client_id, next_attempt_at, created_at LIMIT 1)
     UNION ALL
-    SELECT (SELECT e.client_id FROM webhook_event AS e
-            WHERE e.state = 'PENDING' AND e.client_id > c.client_id
-            ORDER BY e.client_id, e.next_attempt_at, e.created_at LIMIT 1)
+    SELECT (SELECT q.client_id FROM webhook_queue AS q
+            WHERE q.state = 'PENDING' AND q.client_id > c.client_id
+            ORDER BY q.client_id, q.next_attempt_at, q.created_at LIMIT 1)
     FROM clients AS c
     WHERE c.client_id IS NOT NULL
 ),
@@ -43,17 +45,17 @@ candidates AS (
     FROM clients AS c
     CROSS JOIN LATERAL (
         SELECT greatest(%(per_client)s - count(*), 0) AS room
-        FROM webhook_event AS f
+        FROM webhook_queue AS f
         WHERE f.client_id = c.client_id AND f.state = 'DELIVERING'
     ) AS busy
     -- A constant LIMIT (not `room`), so that the planner knows it reads a few rows of this
     -- client's index rather than filtering the whole queue by due time.
     CROSS JOIN LATERAL (
-        SELECT e.id, e.next_attempt_at, e.created_at
-        FROM webhook_event AS e
-        WHERE e.client_id = c.client_id AND e.state = 'PENDING'
-          AND e.next_attempt_at <= notifyqueue_now()
-        ORDER BY e.next_attempt_at, e.created_at
+        SELECT q.id, q.next_attempt_at, q.created_at
+        FROM webhook_queue AS q
+        WHERE q.client_id = c.client_id AND q.state = 'PENDING'
+          AND q.next_attempt_at <= notifyqueue_now()
+        ORDER BY q.next_attempt_at, q.created_at
         LIMIT %(per_client)s
     ) AS d
     WHERE c.client_id IS NOT NULL
@@ -104,10 +106,8 @@ ORDER BY n.id;
 -- name: webhook_event_finish
 -- Ends one claim: DELIVERED, FAILED, or PENDING again %(retry_in_s)s seconds from now on the
 -- database clock, and finishes the attempt row. Zero rows returned: the claim is no longer ours.
--- The event is found by its primary key; its token names the claim (set only while DELIVERING).
--- A condition on the state as well matched the in-flight events' partial indexes, which the
--- planner, their statistics saying they are nearly empty, read instead: every finish read
--- every event in flight.
+-- The event is found by its primary key; its token names the claim (set only while DELIVERING),
+-- and the queue's trigger removes or updates its webhook_queue row.
 WITH finished AS (
     UPDATE webhook_event
     SET state = %(state)s,
@@ -138,13 +138,19 @@ SELECT id FROM finished;
 -- once, or FAILED when that was the last attempt (the attempt is counted at claim time, so
 -- an event that kills its sender every time still runs out of attempts). The abandoned
 -- attempt rows say so.
+-- The expired claims are found in webhook_queue_claim_expiry and locked in webhook_event,
+-- where the expiry is checked again once locked: a claim its sender finished meanwhile is gone.
 WITH expired AS (
-    SELECT id, claim_token
-    FROM webhook_event
-    WHERE state = 'DELIVERING' AND claim_expires_at <= notifyqueue_now()
-    ORDER BY claim_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    SELECT e.id, e.claim_token
+    FROM (
+        SELECT id FROM webhook_queue
+        WHERE state = 'DELIVERING' AND claim_expires_at <= notifyqueue_now()
+        ORDER BY claim_expires_at
+        LIMIT %(limit)s
+    ) AS q
+    JOIN webhook_event AS e ON e.id = q.id
+    WHERE e.state = 'DELIVERING' AND e.claim_expires_at <= notifyqueue_now()
+    FOR UPDATE OF e SKIP LOCKED
 ),
 released AS (
     UPDATE webhook_event AS e
