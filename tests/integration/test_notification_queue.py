@@ -200,7 +200,8 @@ def test_vacuum_leaves_the_hot_tables_their_empty_pages(database_url):
     """VACUUM gives a table's empty last pages back under an ACCESS EXCLUSIVE lock, which every
     create, claim and finish would wait for (up to a second, when autovacuum does it). The queue
     empties after every drain; VACUUM then leaves its size as it was. The rate-limit and
-    throttle window tables, whose rows come and go just as fast, are set the same way."""
+    throttle window tables, whose rows come and go just as fast, and the webhook queue, which
+    every finish's outbox writes, are set the same way."""
     client = ClientFactory()
     notifications_insert_bulk(client_id=client.id, count=3000, status="PENDING")
     Notification.objects.filter(client=client).update(status=Status.SENT)  # they leave the queue
@@ -218,6 +219,7 @@ def test_vacuum_leaves_the_hot_tables_their_empty_pages(database_url):
         "notification_queue",
         "ratelimit_delivery",
         "clients_request_window",
+        "webhook_queue",
     }
 
 
