@@ -32,6 +32,9 @@ from notifyqueue.sqlgateway import Queries
 # by primary key only, and sampling it (30,000 rows of a table of millions) held the loop
 # for ~400 ms at 1,000,000 rows.
 HOT_TABLES = ("delivery_attempt", "notification_queue", "ratelimit_delivery")
+# The narrow tables of what is not yet final, whose rows are deleted as they finish: a drain
+# leaves them dead rows that every claim steps over until VACUUM (worker.queue_vacuum_after_drain).
+QUEUE_TABLES = ("notification_queue", "webhook_queue")
 
 SQL = Queries(Path(__file__).with_name("sql") / "queries.sql")
 
@@ -95,9 +98,10 @@ class Finish:
 
 @dataclass(frozen=True)
 class QueueRows:
-    """The queue table's rows by PostgreSQL's statistics: deleted but not yet vacuumed, and
+    """A queue table's rows by PostgreSQL's statistics: deleted but not yet vacuumed, and
     live."""
 
+    table: str
     dead: int
     live: int
 
@@ -268,16 +272,18 @@ class DeliveryRepository:
                 SQL.execute(f"analyze_{table}")
         return stale
 
-    def queue_dead_and_live(self) -> QueueRows:
-        """The queue's dead and live rows, as PostgreSQL's statistics count them."""
-        counted = SQL.row("queue_dead_and_live", row=QueueRows)
-        assert counted is not None
-        return counted
+    def queues_dead_and_live(self) -> dict[str, QueueRows]:
+        """Each of QUEUE_TABLES's dead and live rows, as PostgreSQL's statistics count them,
+        by table."""
+        counted = SQL.rows("queue_dead_and_live", row=QueueRows, tables=list(QUEUE_TABLES))
+        return {rows.table: rows for rows in counted}
 
-    def queue_vacuum(self) -> None:
-        """VACUUMs the queue table, or does nothing if another holds it (autovacuum, another
-        worker). Outside any transaction: VACUUM cannot run in one."""
-        SQL.execute("vacuum_notification_queue")
+    def queue_vacuum(self, table: str) -> None:
+        """VACUUMs one of QUEUE_TABLES, or does nothing if another holds it (autovacuum,
+        another worker). Outside any transaction: VACUUM cannot run in one."""
+        if table not in QUEUE_TABLES:
+            raise ValueError(f"not a queue table: {table}")
+        SQL.execute(f"vacuum_{table}")
 
     def worker_stopped(self, *, worker: str, delivered: int) -> None:
         SQL.execute("worker_heartbeat_stop", worker=worker, delivered=delivered)

@@ -91,16 +91,18 @@ def workers():
 
 @pytest.fixture
 def queue_without_autovacuum():
-    """Autovacuum kept off `notification_queue` for the test (a transactional one: the setting
-    is the table's, and is reset after), so that what the test reads of the queue's statistics
+    """Autovacuum kept off the queue tables for the test (a transactional one: the setting is
+    the tables', and is reset after), so that what the test reads of the queues' statistics
     and dead rows is not changed meanwhile by autovacuum coming round."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE notification_queue SET (autovacuum_enabled = false)")
+        for table in ("notification_queue", "webhook_queue"):
+            cursor.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
     yield
     with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE notification_queue RESET (autovacuum_enabled)")
+        for table in ("notification_queue", "webhook_queue"):
+            cursor.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
 
 
 @pytest.fixture

@@ -165,18 +165,23 @@ ANALYZE (SKIP_LOCKED) ratelimit_delivery;
 ANALYZE (SKIP_LOCKED) delivery_attempt;
 
 -- name: queue_dead_and_live
--- The queue's dead and live rows, as the statistics count them (each backend's counts reach
--- them within a second of its commits). A finished row leaves the queue, deleted; its index
--- entries stay until VACUUM removes them, and the claim's walk of the (priority, client) pairs
--- in queue_pending_client steps over every one: after a drain of 40,000 rows a claim of one
--- visited 470 pages of that index, 4 once vacuumed (docs/performance.md, "Twenty-second
--- round").
-SELECT pg_stat_get_dead_tuples('notification_queue'::regclass) AS dead,
-       pg_stat_get_live_tuples('notification_queue'::regclass) AS live;
+-- Each queue table's dead and live rows, as the statistics count them (each backend's counts
+-- reach them within a second of its commits). A finished row leaves its queue, deleted; its
+-- index entries stay until VACUUM removes them, and the claims step over every one: after a
+-- drain of 40,000 rows a claim of one visited 470 pages of queue_pending_client, 4 once
+-- vacuumed (docs/performance.md, "Twenty-second round"); after 20,000 webhook deliveries the
+-- sender's claim of one event visited 923 pages of webhook_queue, 17 once vacuumed
+-- ("Twenty-third round").
+SELECT t.name AS table, pg_stat_get_dead_tuples(t.name::regclass) AS dead,
+       pg_stat_get_live_tuples(t.name::regclass) AS live
+FROM unnest(%(tables)s::text[]) AS t(name);
 
 -- name: vacuum_notification_queue
 -- Never waits: while autovacuum (or another worker) vacuums the queue, this does nothing.
 VACUUM (SKIP_LOCKED) notification_queue;
+
+-- name: vacuum_webhook_queue
+VACUUM (SKIP_LOCKED) webhook_queue;
 
 -- name: worker_heartbeat_upsert
 -- `waiting` restates the worker's wake-up mark, in case another worker took it for a dead

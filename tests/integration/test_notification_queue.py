@@ -24,6 +24,8 @@ from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.operator_helpers import notifications_insert_bulk
 from tests.support.queue_table import QUEUE_COLUMNS, queue_differences
 from tests.support.reads import pages_visited, table_reads, table_reads_since
+from tests.support.webhook_factories import WebhookEventFactory
+from webhooks import repositories as webhooks
 
 pytestmark = pytest.mark.django_db
 
@@ -306,6 +308,10 @@ def database_sessions() -> int:
         return cursor.fetchone()[0]
 
 
+def queue_dead(table: str = "notification_queue") -> int:
+    return delivery.queues_dead_and_live()[table].dead
+
+
 def worker_after_a_drain(workers) -> tuple:
     """A client whose 20,000-row burst was drained, its dead queue rows counted in the
     statistics, and an in-process worker that has since found nothing due (dry); the worker
@@ -318,7 +324,7 @@ def worker_after_a_drain(workers) -> tuple:
         cursor.execute("SELECT pg_stat_force_next_flush()")  # the deletes, counted now
     assert worker.queue_vacuum_after_drain() is None  # not yet dry: it has not claimed
     assert worker.run_once().claimed == 0
-    assert delivery.queue_dead_and_live().dead >= 20_000
+    assert queue_dead() >= 20_000
     return client, worker
 
 
@@ -357,9 +363,65 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
     assert int(re.search(r"dead_after=(\d+) ", logged)[1]) < 10, logged
     vacuumed = claim_visits()
 
-    assert delivery.queue_dead_and_live().dead < 10
+    assert queue_dead() < 10
     assert worker.queue_vacuum_after_drain() is None  # nothing left to vacuum
     assert left_by_the_drain > 200 and vacuumed < 50, (left_by_the_drain, vacuumed)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_with_nothing_due_vacuums_the_webhook_queue_a_burst_of_deliveries_left(
+    workers, caplog, queue_without_autovacuum
+):
+    """The webhook sender's claim steps over the entries every delivered event left in
+    webhook_queue's indexes until VACUUM, as the worker's claim does over a drained burst's:
+    the same check vacuums that table too, and only that table (the history, webhook_event,
+    is left to autovacuum)."""
+    client = ClientFactory(webhook_url="https://hooks.example.com/")
+    worker = worker_build()
+    workers(worker)
+    with connection.cursor() as cursor:  # 20,000 events, claimed and delivered
+        cursor.execute(
+            """
+            INSERT INTO webhook_event (id, client_id, notification_id, status, attempt_count,
+                                       occurred_at, state, delivery_attempts, next_attempt_at,
+                                       created_at)
+            SELECT gen_random_uuid(), %s, gen_random_uuid(), 'SENT', 1, now(), 'PENDING', 0,
+                   now(), now()
+            FROM generate_series(1, 20000)
+            """,
+            [client.id],
+        )
+        cursor.execute(
+            "UPDATE webhook_event SET state = 'DELIVERING', claim_token = gen_random_uuid(), "
+            "claim_expires_at = now() + interval '30 seconds'"
+        )
+        cursor.execute(
+            "UPDATE webhook_event SET state = 'DELIVERED', claim_token = NULL, "
+            "claim_expires_at = NULL, delivered_at = now()"
+        )
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    assert worker.run_once().claimed == 0  # dry
+    assert queue_dead("webhook_queue") >= 20_000
+
+    def claim_visits() -> int:
+        WebhookEventFactory(notification__client=client)
+        with transaction.atomic():  # the counters are the transaction's
+            before = pages_visited(("webhook_queue",))
+            [_] = webhooks.webhook_events_claim_due(limit=1, per_client=100, claim_timeout_s=30)
+            return pages_visited(("webhook_queue",)) - before
+
+    left_by_the_deliveries = claim_visits()
+    caplog.set_level("INFO", logger="notifyqueue.delivery")
+    vacuum = worker.queue_vacuum_after_drain()
+    assert vacuum is not None
+    vacuum.join(timeout=30)
+    [logged] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("queue vac")]
+    assert logged.startswith("queue vacuum table=webhook_queue "), logged
+    assert int(re.search(r"dead_after=(\d+) ", logged)[1]) < 10, logged
+    vacuumed = claim_visits()
+
+    assert worker.queue_vacuum_after_drain() is None  # nothing left to vacuum
+    assert left_by_the_deliveries > 200 and vacuumed < 50, (left_by_the_deliveries, vacuumed)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -389,4 +451,4 @@ def test_a_worker_finding_the_queue_held_skips_its_vacuum_and_waits_before_the_n
     vacuum = worker.queue_vacuum_after_drain()
     assert vacuum is not None
     vacuum.join(timeout=30)
-    assert delivery.queue_dead_and_live().dead < 10
+    assert queue_dead() < 10
