@@ -612,8 +612,8 @@ def test_the_claim_steps_over_no_delivered_event_once_the_queue_not_the_history_
     """Every delivered event was PENDING and DELIVERING on its way, and each step left an entry
     in the claim's partial indexes until VACUUM. On webhook_event, which keeps the history,
     those indexes held them until a VACUUM of the whole history (autovacuum waits for a fifth
-    of the table to be dead): a claim of one event after 20,000 deliveries visited 403-405
-    pages, 56-57 once vacuumed, and more as the history grew. On webhook_queue (migration
+    of the table to be dead): a claim of one event after 20,000 deliveries visited 1,362
+    pages, 57 once vacuumed, and more as the history grew. On webhook_queue (migration
     0006) they are dead rows of a table of the events not yet final: a VACUUM of the queue
     alone, whose cost is the backlog's, leaves the claim as cheap as on a fresh database."""
     client = ClientFactory(webhook_url=receiver.url)

@@ -3,9 +3,10 @@
 `webhook_event` is both the outbox and the history of every event ever delivered. Its partial
 indexes on the state (due events, each client's due and in-flight events, claim expiry) kept
 an entry for every delivered event until VACUUM, and the sender's claim stepped over them:
-403-405 pages for a one-event claim after 20,000 deliveries, against 56-57 once vacuumed. On a
-table that keeps its history, autovacuum comes by a share of all the rows, so that walk grew
-with the history; and each VACUUM of it reads every index of the whole history.
+1,362 pages for a one-event claim after 20,000 deliveries, 57 once the table was vacuumed
+(docs/performance.md, "Twenty-third round"). On a table that keeps its history, autovacuum
+comes by a share of all its rows, so that walk grew with the history; and each VACUUM of it
+reads every index of the whole history.
 
 Those indexes move to `webhook_queue`, a few narrow columns of only the PENDING and DELIVERING
 events, which the sender's claim, the reaper and the health counts read. Three statement-level
