@@ -197,6 +197,20 @@ def test_the_list_by_each_status_is_the_records_own_filter():
             assert expected or status not in ("PENDING", "PROCESSING")
 
 
+def test_a_truncate_of_the_record_empties_the_queue():
+    """TRUNCATE fires no DELETE trigger; without its own, the queue kept the truncated rows,
+    which the backlog check counted against the client's cap (migration notifications 0023)."""
+    client = ClientFactory()
+    notifications_insert_bulk(client_id=client.id, count=5, status="PENDING")
+    assert len(queue_rows()) == 5
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # TRUNCATE refuses pending checks
+        cursor.execute("TRUNCATE notification CASCADE")
+    assert queue_rows() == []
+    NotificationFactory(client=client)
+    assert_queue_mirrors_the_record()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_vacuum_leaves_the_hot_tables_their_empty_pages(database_url):
     """VACUUM gives a table's empty last pages back under an ACCESS EXCLUSIVE lock, which every
