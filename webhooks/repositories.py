@@ -3,8 +3,8 @@
 Invariants protected here:
 - an event is claimed by one sender at a time (FOR UPDATE SKIP LOCKED in one statement that
   commits before any HTTP call, so no row lock is held while posting);
-- a claim is ended only by the holder of its token while the event is DELIVERING; zero rows
-  changed means the claim was taken over, and the late result is dropped;
+- a claim is ended only by the holder of its token while the event is DELIVERING; an event the
+  finish does not return had its claim taken over, and its late result is dropped;
 - nothing here writes the notification table: a webhook can never change a notification.
 """
 
@@ -67,32 +67,42 @@ def webhook_events_claim_due(
         )
 
 
-def webhook_event_finish(
-    *,
-    event_id: uuid.UUID,
-    claim_token: uuid.UUID,
-    state: str,
-    outcome: str,
-    retry_in_s: float | None,
-    status_code: int | None,
-    error: str | None,
-    duration_ms: int,
-) -> bool:
-    """Ends the claim and its attempt row; a PENDING event is due again `retry_in_s` from now
-    on the database clock. False when the claim is no longer ours."""
+@dataclass(frozen=True)
+class EventResult:
+    """How one claim ended, for webhook_events_finish."""
+
+    event_id: uuid.UUID
+    claim_token: uuid.UUID
+    state: str
+    """DELIVERED, FAILED, or PENDING to be tried again."""
+    outcome: str
+    retry_in_s: float | None
+    """PENDING: due again this long from now (database clock)."""
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+
+
+def webhook_events_finish(results: list[EventResult]) -> set[uuid.UUID]:
+    """Ends each claim and its attempt row, all in one statement and one transaction. Returns
+    the ids of the events whose claim was still theirs; a result missing from it came after
+    its claim was taken over, and changed nothing."""
+    if not results:
+        return set()
     with transaction.atomic():
-        finished = QUERIES.scalar(
-            "webhook_event_finish",
-            event_id=event_id,
-            claim_token=claim_token,
-            state=state,
-            outcome=outcome,
-            retry_in_s=retry_in_s,
-            status_code=status_code,
-            error=error,
-            duration_ms=duration_ms,
+        return set(
+            QUERIES.scalars(
+                "webhook_events_finish",
+                event_ids=[r.event_id for r in results],
+                claim_tokens=[r.claim_token for r in results],
+                states=[r.state for r in results],
+                outcomes=[r.outcome for r in results],
+                retry_in_s=[r.retry_in_s for r in results],
+                status_codes=[r.status_code for r in results],
+                errors=[r.error for r in results],
+                durations_ms=[r.duration_ms for r in results],
+            )
         )
-    return finished is not None
 
 
 def webhook_events_reclaim_expired(*, limit: int, max_attempts: int) -> list[ReclaimedEvent]:

@@ -31,7 +31,7 @@ from monitoring import metrics
 from notifyqueue.backoff import jittered
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState
-from webhooks.repositories import ClaimedEvent, ReclaimedEvent
+from webhooks.repositories import ClaimedEvent, EventResult, ReclaimedEvent
 from webhooks.sender import PostResult, webhook_post
 
 logger = logging.getLogger(__name__)
@@ -131,8 +131,8 @@ def _post(event: ClaimedEvent) -> PostResult:
     )
 
 
-def _record(event: ClaimedEvent, result: PostResult) -> str | None:
-    """Writes the attempt's result; returns the event's new state, or None if the claim was lost."""
+def _result(event: ClaimedEvent, result: PostResult) -> EventResult:
+    """How the attempt ends the claim: delivered, given up, or tried again after backoff."""
     retry_in_s = None
     if result.delivered:
         state, outcome = DeliveryState.DELIVERED, AttemptOutcome.DELIVERED
@@ -146,7 +146,7 @@ def _record(event: ClaimedEvent, result: PostResult) -> str | None:
             attempt=event.delivery_attempts,
             schedule=settings.NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE,
         )
-    finished = repositories.webhook_event_finish(
+    return EventResult(
         event_id=event.id,
         claim_token=event.claim_token,
         state=state,
@@ -156,24 +156,41 @@ def _record(event: ClaimedEvent, result: PostResult) -> str | None:
         error=result.error,
         duration_ms=round(result.duration_s * 1000),
     )
-    if not finished:
-        logger.warning(
-            "webhook event %s: claim %s was taken over before its result (%s) was recorded",
-            event.id,
-            event.claim_token,
-            outcome,
-        )
-        return None
-    metrics.webhook_attempt_recorded(outcome=outcome, state=state)
-    if state != DeliveryState.DELIVERED:
-        logger.info(
-            "webhook event %s attempt %s: %s -> %s",
-            event.id,
-            event.attempt_number,
-            result.error,
-            state,
-        )
-    return state
+
+
+def _record(posted: list[tuple[ClaimedEvent, PostResult]]) -> WebhookBatch:
+    """Writes the results of finished POSTs, all in one statement, and counts them by the
+    events' new states; a result whose claim was taken over meanwhile is dropped (`stale`)."""
+    results = [(event, _result(event, result)) for event, result in posted]
+    finished = repositories.webhook_events_finish([ended for _, ended in results])
+    counts = {DeliveryState.DELIVERED: 0, DeliveryState.PENDING: 0, DeliveryState.FAILED: 0}
+    stale = 0
+    for event, ended in results:
+        if event.id not in finished:
+            logger.warning(
+                "webhook event %s: claim %s was taken over before its result (%s) was recorded",
+                event.id,
+                event.claim_token,
+                ended.outcome,
+            )
+            stale += 1
+            continue
+        counts[ended.state] += 1
+        metrics.webhook_attempt_recorded(outcome=ended.outcome, state=ended.state)
+        if ended.state != DeliveryState.DELIVERED:
+            logger.info(
+                "webhook event %s attempt %s: %s -> %s",
+                event.id,
+                event.attempt_number,
+                ended.error,
+                ended.state,
+            )
+    return WebhookBatch(
+        delivered=counts[DeliveryState.DELIVERED],
+        retrying=counts[DeliveryState.PENDING],
+        failed=counts[DeliveryState.FAILED],
+        stale=stale,
+    )
 
 
 class WebhookDeliveries:
@@ -227,8 +244,7 @@ class WebhookDeliveries:
         self._pool.shutdown()
 
     def _record_finished(self) -> WebhookBatch:
-        counts = {DeliveryState.DELIVERED: 0, DeliveryState.PENDING: 0, DeliveryState.FAILED: 0}
-        stale = 0
+        posted = []
         for future in [f for f in self._in_flight if f.done()]:
             event = self._in_flight.pop(future)
             try:
@@ -237,17 +253,8 @@ class WebhookDeliveries:
                 # A bug while building the request must not strand the claim until it expires.
                 logger.exception("webhook event %s: POST raised", event.id)
                 result = PostResult(False, False, None, f"{type(exc).__name__}", 0.0)
-            state = _record(event, result)
-            if state is None:
-                stale += 1
-            else:
-                counts[state] += 1
-        return WebhookBatch(
-            delivered=counts[DeliveryState.DELIVERED],
-            retrying=counts[DeliveryState.PENDING],
-            failed=counts[DeliveryState.FAILED],
-            stale=stale,
-        )
+            posted.append((event, result))
+        return _record(posted)
 
 
 def webhook_events_deliver_due(*, limit: int | None = None) -> WebhookBatch:

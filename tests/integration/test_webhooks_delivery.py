@@ -22,7 +22,7 @@ from tests.support.webhook_factories import WebhookEventFactory
 from tests.support.webhook_receiver import Reply, WebhookReceiver
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState, WebhookEvent
-from webhooks.repositories import QUERIES
+from webhooks.repositories import QUERIES, EventResult
 from webhooks.services import (
     client_webhook_secret_rotate,
     webhook_events_deliver_due,
@@ -271,7 +271,7 @@ def claim(limit: int = 10):
 
 def finish_delivered(event) -> bool:
     """Records a 200 for a claimed event, as its sender would."""
-    return repositories.webhook_event_finish(
+    delivered = EventResult(
         event_id=event.id,
         claim_token=event.claim_token,
         state=DeliveryState.DELIVERED,
@@ -281,6 +281,7 @@ def finish_delivered(event) -> bool:
         error=None,
         duration_ms=5,
     )
+    return event.id in repositories.webhook_events_finish([delivered])
 
 
 def test_result_of_a_sender_whose_claim_was_taken_over_is_dropped(hooked):
@@ -555,12 +556,8 @@ def test_every_kind_of_write_keeps_the_webhook_queue_equal_to_the_events_not_fin
     assert len(claimed) == 5
     assert webhook_queue_differences() == []
     delivered, retried, failed, *_stalled = claimed
-    for event, state, retry_in_s in [
-        (delivered, DeliveryState.DELIVERED, None),
-        (retried, DeliveryState.PENDING, 60),
-        (failed, DeliveryState.FAILED, None),
-    ]:
-        assert repositories.webhook_event_finish(
+    ended = [
+        EventResult(
             event_id=event.id,
             claim_token=event.claim_token,
             state=state,
@@ -570,7 +567,14 @@ def test_every_kind_of_write_keeps_the_webhook_queue_equal_to_the_events_not_fin
             error="boom",
             duration_ms=1,
         )
-        assert webhook_queue_differences() == []
+        for event, state, retry_in_s in [
+            (delivered, DeliveryState.DELIVERED, None),
+            (retried, DeliveryState.PENDING, 60),
+            (failed, DeliveryState.FAILED, None),
+        ]
+    ]
+    assert repositories.webhook_events_finish(ended) == {delivered.id, retried.id, failed.id}
+    assert webhook_queue_differences() == []
     clock.advance(31)  # past the claim: the reaper takes back the last two
     assert len(webhook_events_reclaim_expired()) == 2
     assert webhook_queue_differences() == []
@@ -593,6 +597,21 @@ def test_every_kind_of_write_keeps_the_webhook_queue_equal_to_the_events_not_fin
                 state__in=[DeliveryState.PENDING, DeliveryState.DELIVERING]
             ).count()
         )
+
+
+def test_a_truncate_of_the_events_empties_the_webhook_queue(receiver, hooked):
+    """TRUNCATE fires no DELETE trigger; without its own, the queue kept the truncated events,
+    and those DELIVERING went on filling their client's share of the senders, so its next
+    events were never claimed (migration webhooks 0007)."""
+    for _ in range(4):
+        event_for(hooked)
+    assert len(claim()) == 4  # the client's whole share, in flight
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # TRUNCATE refuses pending checks
+        cursor.execute("TRUNCATE webhook_event CASCADE")
+    assert webhook_queue_differences() == []
+    event_for(hooked)
+    assert webhook_events_deliver_due().delivered == 1
 
 
 def _claim_pages_visited() -> dict[str, int]:

@@ -137,7 +137,7 @@ def test_every_webhook_query_is_loaded():
     assert set(QUERIES) == {
         "webhook_event_claim_plan",
         "webhook_event_claim_due",
-        "webhook_event_finish",
+        "webhook_events_finish",
         "webhook_event_reclaim_expired",
         "webhook_event_redeliver",
     }

@@ -103,33 +103,50 @@ FROM numbered AS n
 JOIN clients_client AS cl ON cl.id = n.client_id
 ORDER BY n.id;
 
--- name: webhook_event_finish
--- Ends one claim: DELIVERED, FAILED, or PENDING again %(retry_in_s)s seconds from now on the
--- database clock, and finishes the attempt row. Zero rows returned: the claim is no longer ours.
--- The event is found by its primary key; its token names the claim (set only while DELIVERING),
--- and the queue's trigger removes or updates its webhook_queue row.
-WITH finished AS (
-    UPDATE webhook_event
-    SET state = %(state)s,
-        next_attempt_at = CASE WHEN %(retry_in_s)s::float8 IS NULL THEN next_attempt_at
-                               ELSE notifyqueue_now() + make_interval(secs => %(retry_in_s)s)
+-- name: webhook_events_finish
+-- Ends the claims of a sender's finished POSTs, in one statement: each event DELIVERED, FAILED,
+-- or PENDING again its retry_in_s seconds from now on the database clock, and each attempt row
+-- finished. Returns the events whose claim was still theirs; any other was taken over, and its
+-- late result changes nothing. An event is found by its primary key (`= ANY` of the ids: one
+-- probe each, whatever the planner thinks of the arrays), its token names the claim (set only
+-- while DELIVERING), and the queue's trigger removes or updates its webhook_queue row. A
+-- condition on the state as well matched the in-flight events' partial indexes when they
+-- were on webhook_event, which the planner read instead: every finish read every event in
+-- flight.
+WITH result AS (
+    SELECT *
+    FROM unnest(%(event_ids)s::uuid[], %(claim_tokens)s::uuid[], %(states)s::text[],
+                %(outcomes)s::text[], %(retry_in_s)s::float8[], %(status_codes)s::int[],
+                %(errors)s::text[], %(durations_ms)s::int[])
+        AS r(event_id, claim_token, state, outcome, retry_in_s, status_code, error, duration_ms)
+),
+finished AS (
+    UPDATE webhook_event AS e
+    SET state = r.state,
+        next_attempt_at = CASE WHEN r.retry_in_s IS NULL THEN e.next_attempt_at
+                               ELSE notifyqueue_now() + make_interval(secs => r.retry_in_s)
                           END,
         claim_token = NULL,
         claim_expires_at = NULL,
-        last_error = %(error)s,
-        last_status_code = %(status_code)s,
-        delivered_at = CASE WHEN %(state)s = 'DELIVERED' THEN notifyqueue_now() END
-    WHERE id = %(event_id)s AND claim_token = %(claim_token)s
-    RETURNING id
+        last_error = r.error,
+        last_status_code = r.status_code,
+        delivered_at = CASE WHEN r.state = 'DELIVERED' THEN notifyqueue_now() END
+    FROM result AS r
+    WHERE e.id = ANY (%(event_ids)s::uuid[])
+      AND e.id = r.event_id AND e.claim_token = r.claim_token
+    RETURNING e.id, r.claim_token
 ),
 attempt AS (
-    UPDATE webhook_delivery_attempt
+    UPDATE webhook_delivery_attempt AS a
     SET finished_at = notifyqueue_now(),
-        outcome = %(outcome)s,
-        status_code = %(status_code)s,
-        error = %(error)s,
-        duration_ms = %(duration_ms)s
-    WHERE claim_token = %(claim_token)s AND EXISTS (SELECT 1 FROM finished)
+        outcome = r.outcome,
+        status_code = r.status_code,
+        error = r.error,
+        duration_ms = r.duration_ms
+    FROM result AS r
+    WHERE a.claim_token = ANY (%(claim_tokens)s::uuid[])
+      AND a.claim_token = r.claim_token
+      AND r.claim_token IN (SELECT claim_token FROM finished)
 )
 SELECT id FROM finished;
 
