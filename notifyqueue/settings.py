@@ -219,9 +219,11 @@ NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY = env.int(
 NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = env.bool("NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE", default=False)
 # One webhook POST, connect to last byte, never takes longer than this.
 NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS = env.float("NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
-# Events claimed per sender step at most, and POSTs in flight at once in one sender.
+# Events claimed per sender step at most, and POSTs in flight at once in one sender: four
+# clients' worth at the default CLIENT_CONCURRENCY, so it takes four hanging endpoints to hold
+# every slot (docs/webhooks.md, "How fast").
 NOTIFYQUEUE_WEBHOOK_BATCH_SIZE = env.int("NOTIFYQUEUE_WEBHOOK_BATCH_SIZE", default=16)
-NOTIFYQUEUE_WEBHOOK_CONCURRENCY = env.int("NOTIFYQUEUE_WEBHOOK_CONCURRENCY", default=8)
+NOTIFYQUEUE_WEBHOOK_CONCURRENCY = env.int("NOTIFYQUEUE_WEBHOOK_CONCURRENCY", default=16)
 # A webhook claim older than this is given back (its sender died). It must exceed one POST's
 # deadline (TIMEOUT) by a margin.
 NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS = env.float(
