@@ -858,19 +858,22 @@ def peer_fill(server: Server, system: str, count: int) -> None:
         conn.execute("ANALYZE")
 
 
+def peer_table(system: str) -> str:
+    """The table of a peer's jobs."""
+    return "procrastinate_jobs" if system == "procrastinate" else "pgqueuer"
+
+
 def peer_vacuum_analyze(server: Server, system: str) -> None:
     """A peer's backlog vacuumed as ours is (`vacuum_analyze`) before the timed creates: left
     to autovacuum, a million new rows are vacuumed within its naptime, during whichever
     timed runs come next, ours or the peers'."""
-    table = "procrastinate_jobs" if system == "procrastinate" else "pgqueuer"
     with server.connect(DATABASES[system]) as conn:
-        conn.execute(f"VACUUM (ANALYZE) {table}")
+        conn.execute(f"VACUUM (ANALYZE) {peer_table(system)}")
 
 
 def peer_empty(server: Server, system: str) -> None:
     with server.connect(DATABASES[system]) as conn:
-        table = "procrastinate_jobs" if system == "procrastinate" else "pgqueuer"
-        conn.execute(f"TRUNCATE {table} CASCADE")
+        conn.execute(f"TRUNCATE {peer_table(system)} CASCADE")
 
 
 def peer_waiting(poll: Poll, system: str) -> int:

@@ -96,12 +96,14 @@ def queue_without_autovacuum():
     and dead rows is not changed meanwhile by autovacuum coming round."""
     from django.db import connection
 
+    from delivery.repositories import QUEUE_TABLES
+
     with connection.cursor() as cursor:
-        for table in ("notification_queue", "webhook_queue"):
+        for table in QUEUE_TABLES:
             cursor.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
     yield
     with connection.cursor() as cursor:
-        for table in ("notification_queue", "webhook_queue"):
+        for table in QUEUE_TABLES:
             cursor.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
 
 

@@ -84,9 +84,9 @@ class WebhookEvent(models.Model):
                 name="webhook_event_claim_iff_delivering",
             ),
         ]
-        # The sender's claim and reaper read webhook_queue, never these indexes: an index
-        # naming the state here would keep an entry for every event ever delivered until
-        # VACUUM, and this table's VACUUM reads the whole history (migration 0006).
+        # The sender's claim, the reaper and the health counts read webhook_queue's indexes
+        # (migration 0006): here, on a table that keeps every delivered event, their entries
+        # for delivered events stayed until a VACUUM of the whole history.
         indexes = [
             # The admin's list, newest first, a page at a time however many events there are:
             # all of them, one client's, and the given-up ones (few: a partial index).

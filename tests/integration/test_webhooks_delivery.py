@@ -303,6 +303,45 @@ def test_result_of_a_sender_whose_claim_was_taken_over_is_dropped(hooked):
     assert attempts(event) == [(1, AttemptOutcome.ABANDONED, None), (2, None, None)]
 
 
+def test_one_late_result_in_a_step_is_dropped_and_the_others_are_recorded(hooked):
+    """A sender records a step's results in one statement (webhook_events_finish): the one
+    whose claim was taken over changes neither its event nor either attempt row, and the
+    others are recorded with their own attempt rows."""
+    late_event, on_time_event = event_for(hooked), event_for(hooked)
+    db_clock = DbClock()
+    claimed = {e.id: e for e in claim()}
+    db_clock.advance(31)
+    assert len(webhook_events_reclaim_expired()) == 2
+    claimed_again = {e.id: e for e in claim()}
+    stale, on_time = claimed[late_event.id], claimed_again[on_time_event.id]
+
+    recorded = repositories.webhook_events_finish(
+        [
+            EventResult(
+                e.id,
+                e.claim_token,
+                DeliveryState.DELIVERED,
+                AttemptOutcome.DELIVERED,
+                None,
+                200,
+                None,
+                5,
+            )
+            for e in (stale, on_time)
+        ]
+    )
+
+    assert recorded == {on_time_event.id}
+    late_event.refresh_from_db()
+    assert late_event.state == DeliveryState.DELIVERING
+    assert late_event.claim_token == claimed_again[late_event.id].claim_token
+    assert attempts(late_event) == [(1, AttemptOutcome.ABANDONED, None), (2, None, None)]
+    assert attempts(on_time_event) == [
+        (1, AttemptOutcome.ABANDONED, None),
+        (2, AttemptOutcome.DELIVERED, 200),
+    ]
+
+
 def test_expired_claim_on_the_last_attempt_fails_the_event(hooked, webhook_settings):
     webhook_settings.NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS = 1
     event = event_for(hooked)
