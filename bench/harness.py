@@ -1,6 +1,6 @@
 """Notify Queue's benchmark, beside procrastinate and pgqueuer on one PostgreSQL.
 
-Ingest, drain, slow provider, fairness, latency and history, all in one command:
+Ingest, drain, slow provider, fairness, webhooks, latency and history, all in one command:
 
     python3 dev.py bench [--quick] [--repeats 3] [--backlog 200000] [--large-backlog] ...
 
@@ -9,8 +9,8 @@ this file with bench/.venv's Python; see docs/performance.md for what each figur
 creates three databases on the PostgreSQL server the project uses (the embedded one under
 .notifyqueue/ unless --database-url names another): notifyqueue_bench, bench_procrastinate
 and bench_pgqueuer, dropped and created afresh on each run. It starts real processes: gunicorn
-for the API, `manage.py run_worker` for drain, the peers' own workers, and an HTTP provider on
-127.0.0.1.
+for the API, `manage.py run_worker` for drain, the peers' own workers, and an HTTP provider (and
+webhook receiver) on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ DATABASES = {
 SQL_HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 # The backlog cap stays on (its check runs on every create) but above any backlog used here.
 BENCH_MAX_PENDING = 100_000_000
+# Clients in the second webhook run (the first has one).
+WEBHOOK_CLIENTS = 4
 BENCH_SECRET_KEY = secrets.token_urlsafe(50)
 
 
@@ -79,6 +81,9 @@ class Config:
     fairness_flood: int
     fairness_quiet: int
     fairness_workers: int
+    # webhooks: `webhook_rows` notifications (split among the run's clients) whose events one
+    # worker's sender POSTs to a receiver answering at once.
+    webhook_rows: int
     worker_concurrency: int
     worker_batch: int
     api_workers: int
@@ -91,7 +96,7 @@ class Config:
     port: int
 
 
-SECTIONS = ("ingest", "batch", "drain", "slow", "fairness", "latency", "history")
+SECTIONS = ("ingest", "batch", "drain", "slow", "fairness", "webhooks", "latency", "history")
 
 
 def config_parse(argv: list[str]) -> Config:
@@ -142,6 +147,11 @@ def config_parse(argv: list[str]) -> Config:
         default=2,
         help="run_worker processes in the fairness run (default 2)",
     )
+    parser.add_argument(
+        "--webhook-rows",
+        type=int,
+        help="notifications whose webhooks each webhook run sends (default 5,000; quick 2,000)",
+    )
     parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
     parser.add_argument("--api-workers", type=int, default=4)
     parser.add_argument("--api-threads", type=int, default=4)
@@ -189,6 +199,7 @@ def config_parse(argv: list[str]) -> Config:
         fairness_flood=args.fairness_flood or (5_000 if quick else 20_000),
         fairness_quiet=args.fairness_quiet,
         fairness_workers=args.fairness_workers,
+        webhook_rows=args.webhook_rows or (2_000 if quick else 5_000),
         worker_concurrency=args.worker_concurrency,
         worker_batch=args.worker_batch,
         api_workers=args.api_workers,
@@ -1040,7 +1051,7 @@ class Provider:
                     name, _, value = line.partition(":")
                     if name.lower() == "content-length":
                         length = int(value)
-                    elif name.lower() == "idempotency-key":
+                    elif name.lower() in ("idempotency-key", "webhook-id"):
                         key = value.strip()
                 body = await reader.readexactly(length) if length else b""
                 received = time.time()
@@ -1137,6 +1148,7 @@ class Bench:
         self.api: Api | None = None
         # The fairness run's clients, made on first use: the flooder, then the quiet ones.
         self.fair_rows: list[Rows] = []
+        self.hook_rows: list[Rows] = []
         # machine_speed() at the start and at the end.
         self.speeds: list[str] = []
 
@@ -1202,6 +1214,9 @@ class Bench:
                 self.slow_provider(r)
             if "fairness" in c.sections:
                 self.fairness(r)
+            if "webhooks" in c.sections:
+                for clients in (1, WEBHOOK_CLIENTS):
+                    self.webhooks(r, clients)
         if "latency" in c.sections:
             with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0") as self.api:
                 for r in range(c.repeats):
@@ -1633,6 +1648,83 @@ class Bench:
             f.ours.append(rate)
             log(f"{f.name}: {rate:,.0f}/s")
 
+    def webhook_clients(self) -> list[Rows]:
+        """The webhook runs' clients (made with create_client); each run points their
+        webhook URL at its own receiver."""
+        if not self.hook_rows:
+            names = [f"hooks-{n}" for n in range(WEBHOOK_CLIENTS)]
+            for name in names:
+                manage(self.config, self.server, "create_client", name)
+            with self.server.connect(DATABASES["ours"]) as conn:
+                ids = dict(
+                    conn.execute(
+                        "SELECT name, id::text FROM clients_client WHERE name = ANY(%s)", [names]
+                    ).fetchall()
+                )
+            self.hook_rows = [Rows(self.server, ids[name]) for name in names]
+        return self.hook_rows
+
+    def webhooks(self, r: int, clients: int) -> None:
+        """One worker delivers `webhook_rows` notifications of `clients` clients, each with a
+        webhook URL, and its sender POSTs their events to a receiver on 127.0.0.1 that answers
+        at once: events per second from the first event delivered until the last. A
+        notification waits in the queue, then its event in the webhook queue (written by the
+        finish that sent it), so their sum falls only as events are delivered; the drain of
+        the notifications themselves (about 1 % of the time) is inside the figure."""
+        c = self.config
+        f = self.figure(
+            f"webhooks-{clients}",
+            f"webhooks, 1 worker, {clients} client{'s' if clients > 1 else ''} with a webhook "
+            "URL, receiver answering at once",
+            "events/s",
+            note="each client has at most NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY (4) events in "
+            "flight; the ratio column compares with the drain of 1 worker",
+        )
+        f.versus = "drain-1"
+        each = c.webhook_rows // clients
+        hooked = self.webhook_clients()[:clients]
+        ids = [rows.client_id for rows in hooked]
+        prefix = f"hooks{clients}r{r}"
+        with Provider(0) as receiver:
+            with self.server.connect(DATABASES["ours"]) as conn:
+                conn.execute(
+                    "UPDATE clients_client SET webhook_url = %s WHERE id = ANY(%s::uuid[])",
+                    [receiver.url, ids],
+                )
+            processes = workers_start(
+                c, self.server, 1, until_empty=False, NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE="true"
+            )
+            workers_ready(self.server, processes)
+            self.server.checkpoint()
+            for n, rows in enumerate(hooked):
+                rows.create(f"{prefix}-{n}", each)
+            rate = drain_timed(
+                lambda: self.rows.poll.count(
+                    "SELECT (SELECT count(*) FROM notification_queue"
+                    "        WHERE client_id = ANY(%(ids)s::uuid[]) AND status = 'PENDING')"
+                    "     + (SELECT count(*) FROM notification_queue"
+                    "        WHERE client_id = ANY(%(ids)s::uuid[]) AND status = 'PROCESSING')"
+                    "     + (SELECT count(*) FROM webhook_queue"
+                    "        WHERE client_id = ANY(%(ids)s::uuid[]))",
+                    {"ids": ids},
+                ),
+                each * clients,
+                processes,
+            )
+            if len(receiver.calls) != each * clients:
+                self.problems.append(
+                    f"{prefix}: the receiver saw {len(receiver.calls):,} events of "
+                    f"{each * clients:,}"
+                )
+            repeated = sum(1 for n in receiver.calls.values() if n > 1)
+            if repeated:
+                self.checks.append(
+                    f"{prefix}: {repeated} events were POSTed more than once (webhooks are at "
+                    "least once; receivers deduplicate by webhook-id)"
+                )
+        f.ours.append(rate)
+        log(f"{f.name}: {rate:,.0f}/s")
+
     def provider_check(self, prefix: str, provider: Provider) -> None:
         repeated = sum(1 for k, n in provider.calls.items() if n > 1)
         if repeated:
@@ -1645,7 +1737,7 @@ class Bench:
     def exactly_once_check(self) -> None:
         """Every notification the benchmark delivered is SENT, with one successful attempt
         and (simulated provider) one send."""
-        delivered = ("drain%", "slow%", "fair%", "latency%", "history%drain%")
+        delivered = ("drain%", "slow%", "fair%", "hooks%", "latency%", "history%drain%")
         with self.server.connect(DATABASES["ours"]) as conn:
             where = " OR ".join("n.idempotency_key LIKE %s" for _ in delivered)
             total, not_sent = conn.execute(
