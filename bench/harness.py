@@ -1435,16 +1435,20 @@ class Bench:
         c = self.config
         if not self.fair_rows:
             names = ["fair-flood"] + [f"fair-quiet-{n}" for n in range(1, c.fairness_clients)]
-            for name in names:
-                manage(c, self.server, "create_client", name)
-            with self.server.connect(DATABASES["ours"]) as conn:
-                ids = dict(
-                    conn.execute(
-                        "SELECT name, id::text FROM clients_client WHERE name = ANY(%s)", [names]
-                    ).fetchall()
-                )
-            self.fair_rows = [Rows(self.server, ids[name]) for name in names]
+            self.fair_rows = self.clients_create(names)
         return self.fair_rows
+
+    def clients_create(self, names: list[str]) -> list[Rows]:
+        """Clients made with create_client, in the order of `names`."""
+        for name in names:
+            manage(self.config, self.server, "create_client", name)
+        with self.server.connect(DATABASES["ours"]) as conn:
+            ids = dict(
+                conn.execute(
+                    "SELECT name, id::text FROM clients_client WHERE name = ANY(%s)", [names]
+                ).fetchall()
+            )
+        return [Rows(self.server, ids[name]) for name in names]
 
     def fairness(self, r: int) -> None:
         """One client floods a backlog at NORMAL, then every other client creates a few rows at
@@ -1652,16 +1656,7 @@ class Bench:
         """The webhook runs' clients (made with create_client); each run points their
         webhook URL at its own receiver."""
         if not self.hook_rows:
-            names = [f"hooks-{n}" for n in range(WEBHOOK_CLIENTS)]
-            for name in names:
-                manage(self.config, self.server, "create_client", name)
-            with self.server.connect(DATABASES["ours"]) as conn:
-                ids = dict(
-                    conn.execute(
-                        "SELECT name, id::text FROM clients_client WHERE name = ANY(%s)", [names]
-                    ).fetchall()
-                )
-            self.hook_rows = [Rows(self.server, ids[name]) for name in names]
+            self.hook_rows = self.clients_create([f"hooks-{n}" for n in range(WEBHOOK_CLIENTS)])
         return self.hook_rows
 
     def webhooks(self, r: int, clients: int) -> None:
