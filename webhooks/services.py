@@ -244,9 +244,13 @@ class WebhookDeliveries:
         self._pool.shutdown()
 
     def _record_finished(self) -> WebhookBatch:
+        """Records the POSTs that ended. Each keeps its slot until its result is written: a
+        step whose finish fails (a dropped connection, a lock timeout) leaves them to the next
+        one, instead of each claim to its expiry and the receiver to a second POST."""
+        done = [f for f in self._in_flight if f.done()]
         posted = []
-        for future in [f for f in self._in_flight if f.done()]:
-            event = self._in_flight.pop(future)
+        for future in done:
+            event = self._in_flight[future]
             try:
                 result = future.result()
             except Exception as exc:
@@ -254,7 +258,10 @@ class WebhookDeliveries:
                 logger.exception("webhook event %s: POST raised", event.id)
                 result = PostResult(False, False, None, f"{type(exc).__name__}", 0.0)
             posted.append((event, result))
-        return _record(posted)
+        recorded = _record(posted)
+        for future in done:
+            del self._in_flight[future]
+        return recorded
 
 
 def webhook_events_deliver_due(*, limit: int | None = None) -> WebhookBatch:

@@ -61,8 +61,13 @@ class WebhookSender:
                 try:
                     batch = self.run_once(wait_s=wait_s)
                 except DatabaseError:
+                    # The finished POSTs' results are kept for the next step (their futures are
+                    # done, so that step would not wait): wait here, or a database that refuses
+                    # at once is asked again at once.
                     log.exception("webhook sender step failed; retrying after the poll interval")
-                    batch = WebhookBatch()
+                    wait_s = 0.0
+                    self._stop.wait(self.poll_interval_s)
+                    continue
                 in_flight = self._deliveries.in_flight if self._deliveries else 0
                 if batch.claimed:
                     wait_s = 0.0

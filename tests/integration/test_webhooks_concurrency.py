@@ -205,3 +205,42 @@ def test_a_hanging_endpoint_does_not_delay_another_clients_webhooks(settings):
     assert max(arrivals) < 0.5
     # The hanging endpoint is given its share (4 POSTs at once), not the whole sender.
     assert len(hung_early) == 4
+
+
+def test_a_sender_that_cannot_write_its_results_retries_after_the_poll_interval(
+    database_url, caplog
+):
+    """A POST ended but its result cannot be written: another session holds the event's row
+    and every new session of the database gives up a lock after 10 ms. The sender keeps the
+    result and tries again once a poll interval (0.25 s) has passed, not at once: a step that
+    fails without waiting would be retried hundreds of times a second against a database
+    refusing it. Once the row is free the result is written: DELIVERED after one POST."""
+    name = connection.settings_dict["NAME"]
+    with (
+        WebhookReceiver(default=Reply(200, delay_s=0.5)) as receiver,
+        psycopg.connect(database_url, autocommit=True) as admin,
+    ):
+        event = WebhookEventFactory(notification__client=ClientFactory(webhook_url=receiver.url))
+        admin.execute(f"ALTER DATABASE \"{name}\" SET lock_timeout = '10ms'")
+        sender = WebhookSender(poll_interval_s=0.25, reclaim_interval_s=60)
+        try:
+            with psycopg.connect(database_url) as holder:
+                sender.start()
+                receiver.wait_for(1)  # the POST is in flight, answered after 0.5 s
+                holder.execute("SELECT 1 FROM webhook_event WHERE id = %s FOR UPDATE", [event.id])
+                time.sleep(2.0)
+                failures = [
+                    r for r in caplog.records if r.getMessage().startswith("webhook sender step")
+                ]
+                holder.rollback()
+            deadline = time.monotonic() + 5
+            while WebhookEvent.objects.get(id=event.id).state != DeliveryState.DELIVERED:
+                assert time.monotonic() < deadline, "the kept result was never written"
+                time.sleep(0.05)
+        finally:
+            sender.stop()
+            sender.join()
+            admin.execute(f'ALTER DATABASE "{name}" RESET lock_timeout')
+    # About 1.5 s of failing steps, one a poll interval.
+    assert 2 <= len(failures) <= 9, len(failures)
+    assert len(receiver.requests) == 1

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
@@ -740,3 +740,41 @@ def test_a_finish_reads_its_event_by_key_however_many_are_in_flight(database_url
     # Each event's key has two entries: its version before the claim's update (not HOT: the
     # state is in the partial indexes' conditions) and the current one.
     assert scans == 8 and entries <= 16
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_whose_results_cannot_be_written_keeps_them_for_the_next_step(
+    receiver, hooked, database_url
+):
+    """The POST succeeded but the step's finish fails (here another session holds the event's
+    row past the sender's lock timeout; a dropped connection ends the same way). The result
+    stays with the sender, its slot still taken, and the next step records it: the event is
+    DELIVERED after one POST. Dropped with the failed step, the claim would have stayed
+    DELIVERING until it expired and the receiver would have had the event a second time."""
+    from webhooks.services import WebhookDeliveries
+
+    event = event_for(hooked)
+    deliveries = WebhookDeliveries(concurrency=4)
+    try:
+        assert deliveries.step().claimed == 1
+        receiver.wait_for(1)
+        with psycopg.connect(database_url, autocommit=False) as holder:
+            holder.execute("SELECT 1 FROM webhook_event WHERE id = %s FOR UPDATE", [event.id])
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '200ms'")
+            try:
+                with pytest.raises(OperationalError) as failed:
+                    deliveries.step(wait_s=5)
+                assert isinstance(failed.value.__cause__, psycopg.errors.LockNotAvailable)
+            finally:
+                with connection.cursor() as cursor:
+                    cursor.execute("RESET lock_timeout")
+        assert deliveries.in_flight == 1
+        batch = deliveries.step(wait_s=5)
+        assert (batch.delivered, batch.stale) == (1, 0)
+    finally:
+        deliveries.close()
+    event.refresh_from_db()
+    assert event.state == DeliveryState.DELIVERED
+    assert attempts(event) == [(1, AttemptOutcome.DELIVERED, 200)]
+    assert len(receiver.requests) == 1
