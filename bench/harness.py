@@ -356,8 +356,8 @@ class Server:
         steps before wrote (the 1,000,000-row backlog and history are gigabytes of WAL) is on
         disk, and the run and its setup share one checkpoint cycle. Without it a checkpoint
         that an earlier step's WAL set off wrote its pages during whichever runs came next,
-        and the first change to each page after it began went to the WAL whole
-        (docs/performance.md, "Eighteenth round"). A role that may not (neither superuser
+        and the first change to each page after it began went to the WAL whole, depressing
+        that run's figures. A role that may not (neither superuser
         nor pg_checkpoint, on a server of --database-url) is told once, and runs go on
         without."""
         if not self.may_checkpoint:

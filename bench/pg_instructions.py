@@ -33,8 +33,7 @@ Statements:
   `NOTIFYQUEUE_SIMULATED_FAILURE_RATE=1` makes every send fail (retries, freed slots);
   `--webhooks` gives the client a webhook URL, so each finish also writes its events.
 
-docs/performance.md, "Nineteenth round" and "Twentieth round", has its figures and what they
-left out.
+docs/performance.md says what bounds each benchmark figure in these counts.
 """
 
 from __future__ import annotations
@@ -133,8 +132,8 @@ def _written_out(name: str, params: dict) -> str:
         value = params[match.group(1)]
         if value is None:
             return "NULL"
-        # A client id as text, as the figures of docs/performance.md were taken (psycopg
-        # writes a UUID with a cast).
+        # A client id as text, so counts stay comparable with earlier runs of this script
+        # (psycopg writes a UUID with a cast).
         return sql.quote(str(value) if isinstance(value, uuid.UUID) else value)
 
     return re.sub(r"%\((\w+)\)s", literal, QUERIES[name])

@@ -103,7 +103,7 @@ def main() -> None:
             bare("settings", lambda row: Settings(json.loads(row[0]))),
         ),
         ("1 jsonb row: gateway rows()", lambda: queries.rows("settings", row=Settings)),
-        # As DeliveryRepository.notification_claim_due built its claims before issue 13.
+        # As a repository builds rows by position, without the gateway.
         (
             "100 claim rows: cursor, Claim(*row[:7], ...)",
             bare(

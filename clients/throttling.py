@@ -7,10 +7,10 @@ client's requests are counted once whichever process serves them. Unauthenticate
 not counted (they are refused with 401 before any query but the key lookup).
 
 Counting every request in that one row made it a hot row that all of a client's requests
-waited on, one round trip each (docs/performance.md, Ingest). So a process reserves requests
-in blocks (`RequestBudget`): one statement adds a block of `block_size(limit)` to the
-window's count, and the process then admits that block's requests without a statement, each
-as the number it has in the window's count. The guarantee stays exact in the direction that
+waited on, one round trip each. So a process reserves requests in blocks (`RequestBudget`):
+one statement adds a block of `block_size(limit)` to the window's count, and the process then
+admits that block's requests without a statement, each as the number it has in the window's
+count. The guarantee stays exact in the direction that
 matters: a request is admitted only if its number in the window is at most the limit, so
 **never more than the limit is admitted in a window, over all processes**. What blocks cost
 is the other direction: requests a process reserved but did not use are counted all the same,

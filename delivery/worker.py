@@ -97,7 +97,7 @@ class WorkerConfig:
     # The most rows one claim takes. Each claim, admission and finish statement has a fixed
     # cost (planning, the statement-level triggers, the commit) shared by its rows: with a
     # batch provider, 250 a claim cost PostgreSQL 96-103 us a row against 100's 115-120 us
-    # (500 and 1,000 no less; docs/performance.md, "Seventeenth round"). Claims for providers
+    # (500 and 1,000 no less). Claims for providers
     # called one message at a time are bounded by the free send slots anyway.
     batch_size: int = 250
     claim_timeout_s: float = 300.0

@@ -50,8 +50,8 @@ class ShortcutMetrics:
     FLUSH_EVERY_S later, by a thread of this process, when this process serves /metrics
     (`flush_request_metrics`), and when it exits normally. Written one request at a time
     the 13 series cost about a tenth of a create's CPU in the API: under gunicorn each write
-    goes to the process's multi-process file under one lock, with a `getpid()` each
-    (docs/performance.md, "Twelfth round"). So a scrape answered by another process shows
+    goes to the process's multi-process file under one lock, with a `getpid()` each. So a
+    scrape answered by another process shows
     this one's requests up to FLUSH_EVERY_S late, and a process killed (SIGKILL) loses at
     most that much of its request counts. The labelled children of one kind of answer (view,
     transport, status, charset) are looked up once and kept together (at most CHILDREN_KEPT

@@ -8,7 +8,7 @@ the history. This paginator:
 - for a filtered list, counts at most LIST_DEPTH rows (an index scan that stops there);
 - offers and serves pages only down to the LIST_DEPTH-th row of a list, filtered or not: the
   last page of an estimated million, one click away in the page links, would read the whole
-  table (1.1 s with 1,000,000 rows; docs/performance.md). A page past that is refused as any
+  table (1.1 s with 1,000,000 rows). A page past that is refused as any
   page past the end is (the admin shows the first page). Older rows are reached by narrowing
   the list (a date, a status, a client), as an operator looking for them does.
 """

@@ -1,5 +1,5 @@
 """The thin create path: `POST /notifications` and `POST /notifications/batch` without DRF's
-request machinery (docs/performance.md, "Ingest").
+request machinery (docs/decisions/0001-wsgi-shortcut-for-creates.md).
 
 DRF's request set-up, authentication, content negotiation, serializers and response rendering
 cost about half of a create's CPU. This path does the same work by hand for the requests
@@ -16,9 +16,9 @@ refusal (401, 406, 415, 400 with its field messages...) is the DRF view's own an
   (`create_rules_broken`); a batch item that is not plainly valid is validated by the DRF
   item serializer, as before, so its error is the one a batch always gave;
 - the service, its errors and the answer's shape are the same: `notification_representation`
-  is `NotificationOutput` written out (tests/test_api_thin_path.py compares them), errors
-  from the services go through the API's exception handler and DRF's JSON renderer, and the
-  answer carries the DRF view's `Allow` header.
+  is `NotificationOutput` written out (tests/integration/test_api_thin_path.py compares them),
+  errors from the services go through the API's exception handler and DRF's JSON renderer,
+  and the answer carries the DRF view's `Allow` header.
 
 Bounds kept: the body was read within DATA_UPLOAD_MAX_MEMORY_SIZE (the API guard middleware
 refuses a larger Content-Length), a body holding `\\u0000` anywhere goes to the DRF parser

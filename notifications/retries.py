@@ -3,7 +3,7 @@
 Invariants protected here:
 - only FAILED and DEAD_LETTERED notifications can be retried, each retry is one guarded write
   that starts the attempts again at 0 and records who retried it and when; a bulk retry takes
-  at most one batch, oldest first, and never sends one row back twice in one round.
+  at most one batch, oldest first, and never sends one row back twice in one run.
 
 Every retry is logged as one `key=value` line (logger `notifyqueue.notifications`).
 """

@@ -255,7 +255,7 @@ class ClientBacklog:
     One thread of the process recounts a figure that has aged; the others go on checking
     against the figure they have meanwhile, instead of each counting too: at a large limit a
     count takes a while (400 ms at 1,000,000 waiting), and every thread of a busy process
-    arrived at the same expiry and counted at once (docs/performance.md, "Fifteenth round").
+    arrived at the same expiry and counted at once.
     Only a process that has no figure for the client yet (or one for another limit) makes
     each thread count."""
 

@@ -187,7 +187,7 @@ class NotificationBatchView(APIView):
 class _Shapes(threading.local):
     """The create path's serializers, one instance of each per thread, reused: a new DRF
     serializer deep-copies every declared field, which cost a quarter of a create's CPU and
-    65 % of a 1,000-item batch's (py-spy, docs/performance.md)."""
+    65 % of a 1,000-item batch's (py-spy)."""
 
     def __init__(self) -> None:
         self.create = NotificationCreateInput()

@@ -53,8 +53,8 @@ RESTART_SETTINGS = ("wal_level", "max_wal_senders")
 # `python3 dev.py bench` (`start --benchmark`): checkpoints as PostgreSQL's defaults space them,
 # as on a production server. At 64 MB a drain of 20,000 rows forced a checkpoint every second
 # or so, each followed by full-page images of every page written next, and four drains in a
-# row slowed from 10,103/s to 6,149/s (9,423/s to 9,202/s with these; docs/performance.md,
-# "Sixth round"). They stay until the next plain start or attach puts the ones above back.
+# row slowed from 10,103/s to 6,149/s (9,423/s to 9,202/s with these). They stay until the
+# next plain start or attach puts the ones above back.
 BENCHMARK_SERVER_SETTINGS = {
     **EMBEDDED_SERVER_SETTINGS,
     "max_wal_size": "1GB",

@@ -7,8 +7,7 @@ socket with its poller, wakes again on the client's next request, and hands the 
 a pool thread (another wake-up). Every one of those wake-ups crosses threads, and on a busy
 process each waits for the GIL as well. For a client that sends its next request as soon as
 it has the answer (a proxy's kept-alive upstream connections, a client library's session),
-that round trip through the main thread cost about a quarter of the API's CPU per create
-(docs/performance.md, "Tenth round").
+that round trip through the main thread cost about a quarter of the API's CPU per create.
 
 Here the thread that answered waits up to LINGER_MS for that connection's next request and
 serves it itself; a connection quiet that long goes back to the poller as in gthread. A
@@ -74,8 +73,8 @@ def config_freeze(cfg: Config) -> None:
 
     gunicorn's `Config` answers each `cfg.name` in `__getattr__`: a failed look-up first, then
     the settings dict and the setting's `get()`. Reading a request and writing its answer reads
-    some twenty settings, in the service about 3 % of the API's Python time under load
-    (docs/performance.md, "Twelfth round"). A worker's settings do not change once it runs
+    some twenty settings, in the service about 3 % of the API's Python time under load. A
+    worker's settings do not change once it runs
     (gunicorn applies a reload by starting new workers), so its process holds each value where
     normal attribute look-up finds it first. A name the class itself defines (a property such
     as `worker_class`, a method) is left to the class."""
@@ -155,8 +154,7 @@ _date_now: tuple[int, str] = (0, "")
 def http_date_now() -> str:
     """The Date header's value for now (RFC 9110's IMF-fixdate, whole seconds), formatted at
     most once a second: gunicorn's `util.http_date()` formats it with `email.utils` for every
-    answer, about 3 % of the API's Python under load (docs/performance.md, "Fifteenth
-    round")."""
+    answer, about 3 % of the API's Python under load."""
     global _date_now
     second = int(time.time())
     if _date_now[0] != second:

@@ -68,7 +68,7 @@ def _browser_only(middleware: type) -> type:
     """`middleware` for the admin and the browser pages only: a request under /api/v1/ passes
     through it untouched. The JSON API authenticates by API key and its views are exempt from
     CSRF, so sessions, Django's user and messages mean nothing there, and setting them up cost
-    a fifth of a create's CPU in the API, with CSRF's (docs/performance.md, "Fourth round")."""
+    a fifth of a create's CPU in the API, with CSRF's."""
 
     class BrowserOnly(middleware):
         def __call__(self, request: HttpRequest) -> HttpResponse:

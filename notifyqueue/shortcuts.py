@@ -3,9 +3,9 @@
 `POST /api/v1/notifications` and `POST /api/v1/notifications/batch` are the API's hot path.
 Their thin path (notifications/ingest.py) answers a plainly valid request without DRF; this
 module also takes such a request past Django's handler, its signals, URL resolution and
-middleware chain, about a third of a create's CPU in one process (docs/performance.md, "Fifth
-round"). Everything a request met on the long way and that
-matters to its answer happens here too, from Django's own pieces:
+middleware chain, about a third of a create's CPU in one process
+(docs/decisions/0001-wsgi-shortcut-for-creates.md). Everything a request met on the long way
+and that matters to its answer happens here too, from Django's own pieces:
 
 - the request is Django's `WSGIRequest`, the same object a view gets;
 - SecurityMiddleware's redirect to HTTPS and the API guard's refusals (NUL, a body over the

@@ -30,7 +30,7 @@ What it guarantees, so that repositories need not:
   refused when the file is loaded. A list bound to a parameter the SQL casts to an array
   (`%(ids)s::uuid[]`) travels as the text of an array literal, written here for elements that
   are text, UUIDs, integers, floats, booleans or None (psycopg's own array dumper cost about a
-  microsecond per element, most of a worker's time in Python: docs/performance.md); a list
+  microsecond per element, most of a worker's time in Python); a list
   holding anything else is left to psycopg.
 - Types come back decoded, the same way for every query: jsonb as Python values (Django loads
   jsonb as text on its connection, for JSONField to decode; the gateway decodes it on its own
@@ -238,8 +238,7 @@ def _array_literal(values: list[Any]) -> str | None:
     braces, blanks, the word NULL) stays one element; None is NULL.
 
     The lists a worker sends are mostly all text, all NULL or all UUIDs: those are joined in one
-    call each, which halved the literals' cost in a drain (6.8 → 3.5 µs a delivered row:
-    docs/performance.md, "Seventh round")."""
+    call each, which halved the literals' cost in a drain (6.8 → 3.5 µs a delivered row)."""
     if not values:
         return "{}"
     try:

@@ -34,7 +34,8 @@ class ClaimedEvent:
     attempt_count: int
     occurred_at: datetime
     delivery_attempts: int
-    """Attempts in this round, this one included (reset by an operator redelivery)."""
+    """Attempts since the event was created or an operator last redelivered it, this one
+    included."""
     attempt_number: int
     """Attempts the event has ever had, this one included."""
     webhook_url: str

@@ -1,5 +1,6 @@
 """Workers whose hosts run an hour fast or an hour slow (faketime) keep the database's
-schedule: nothing is sent early and no rate window is exceeded (issue 10, item 5)."""
+schedule: nothing is sent early and no rate window is exceeded
+(docs/decisions/0006-the-database-clock.md)."""
 
 from __future__ import annotations
 

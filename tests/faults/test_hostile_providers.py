@@ -1,5 +1,5 @@
 """Any provider answer ends as SENT, FAILED or a retry of that one notification: it never
-stops a worker or another notification (issue 10, items 1 and 2)."""
+stops a worker or another notification."""
 
 from __future__ import annotations
 

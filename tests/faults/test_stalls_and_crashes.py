@@ -1,5 +1,5 @@
 """Workers stopped past their claim timeout, killed mid-batch, and cut off from PostgreSQL:
-every notification still ends exactly once (issue 10)."""
+every notification still ends exactly once."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Hostile input at the API: every bound is a 4xx in the JSON error format naming the field,
-never a 500, and nothing is stored (issue 11). Real HTTP stack, real PostgreSQL."""
+never a 500, and nothing is stored. Real HTTP stack, real PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Operator tools and per-client permissions (issue 11): CRITICAL is a permission, the
+"""Operator tools and per-client permissions: CRITICAL is a permission, the
 admin issues and revokes client keys, create_client applies the webhook SSRF rule."""
 
 from __future__ import annotations

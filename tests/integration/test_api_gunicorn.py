@@ -1,5 +1,5 @@
 """The API's edges under the real server: gunicorn with several worker processes on 127.0.0.1
-against the test database (issue 11).
+against the test database.
 
 - the throttle's count is shared by every process (it lives in PostgreSQL);
 - an oversized body is a 413 in the JSON format before it is read;

@@ -1,4 +1,4 @@
-"""schemathesis against the project's own OpenAPI schema (issue 11).
+"""schemathesis against the project's own OpenAPI schema.
 
 Every operation gets generated requests, valid and invalid, through the real WSGI application
 and real PostgreSQL; each answer must not be a 5xx, must use a status code the schema

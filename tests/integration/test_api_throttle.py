@@ -1,4 +1,4 @@
-"""The per-client API throttle (issue 11): 429 with Retry-After past the rate, counted in
+"""The per-client API throttle: 429 with Retry-After past the rate, counted in
 PostgreSQL so every API process shares one count, in windows of the database's clock."""
 
 from __future__ import annotations

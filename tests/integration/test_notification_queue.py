@@ -263,7 +263,7 @@ def test_after_a_burst_has_left_the_queue_a_claim_and_a_finish_scan_none_of_it(d
     the queue triggers' DELETE by id read every page of it on each claim, each finish and
     each deleted notification:
     32-95 ms a statement with 113 MB left by a 1,000,000-row backlog, p99 309 ms in the
-    benchmark's latency run at 200/s (docs/performance.md, "Sixteenth round")."""
+    benchmark's latency run at 200/s."""
     client = ClientFactory()
     burst_drained(client)
     # What waits afterwards: a few rows (2 to about 7 gave that plan); one is deleted below.

@@ -1,4 +1,4 @@
-"""Workers and the API through PgBouncer in transaction-pooling mode (issue 12).
+"""Workers and the API through PgBouncer in transaction-pooling mode.
 
 A real PgBouncer (Debian's package; `python3 dev.py test` installs it) on 127.0.0.1 in front
 of the test database with `pool_mode = transaction` and three server connections for many

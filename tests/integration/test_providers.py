@@ -432,7 +432,7 @@ def test_smtp_provider_errors_carry_the_code_not_the_servers_text(smtp_server):
 
 @pytest.mark.django_db
 def test_content_errors_never_open_the_shared_email_circuit(smtp_server):
-    # Issue 11: five CR/LF subjects from one client used to open `email:smtp` for everyone.
+    # Five CR/LF subjects from one client must not open `email:smtp` for everyone.
     handler = smtp_server()
     provider = SmtpProvider(timeout_s=5)
     circuit = Circuit("email:smtp", CircuitPolicy(threshold=2, cooldown_s=60, probe_timeout_s=20))

@@ -1,4 +1,4 @@
-"""Issue 10's edges, in process on real PostgreSQL: results that cannot be written, deferrals
+"""The worker's edges, in process on real PostgreSQL: results that cannot be written, deferrals
 in both directions, address changes under the rate limit, reaped slots, per-client in-app
 windows and the start-up check of the claim timeout. (The same promises under real processes,
 signals and skewed clocks: tests/faults/.)"""
@@ -104,7 +104,7 @@ def test_an_address_changed_while_queued_is_deferred_by_the_new_addresss_limit(
     """The send-time re-check swaps in the user's new address, whose window is full: the row
     is deferred (PENDING, attempt returned) and sent when the slot frees. On main the deferral
     looked for the row under the new address, found none, and the claim was dropped to expire,
-    losing an attempt each round until DEAD_LETTERED unsent."""
+    losing an attempt each time until DEAD_LETTERED unsent."""
     preferences(hooked, channels=["email"])
     notification = create(hooked)
     preferences(hooked, channels=["email"], addresses={"email": "ada@new.example.com"})

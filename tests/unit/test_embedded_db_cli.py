@@ -10,7 +10,7 @@ def test_start_refuses_an_argument_it_does_not_know_before_starting_anything(cap
 
 def test_the_benchmark_changes_only_the_spacing_of_checkpoints():
     """The benchmark runs the server the tests run, with PostgreSQL's default checkpoint
-    spacing instead of the test suite's small WAL (docs/performance.md, "Sixth round")."""
+    spacing instead of the test suite's small WAL."""
     changed = {
         name
         for name, value in embedded_db.BENCHMARK_SERVER_SETTINGS.items()
