@@ -333,7 +333,7 @@ def test_concurrent_posts_start_no_thread_per_call(keepalive_server):
 
 
 @pytest.fixture(scope="module")
-def test_ca(tmp_path_factory):
+def local_ca(tmp_path_factory):
     """A CA and a certificate for `provider.test` it signed, made with the openssl CLI."""
     d = tmp_path_factory.mktemp("tls")
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
@@ -357,15 +357,15 @@ def test_ca(tmp_path_factory):
 
 
 @pytest.fixture
-def tls_server(test_ca, keepalive_server, monkeypatch):
+def tls_server(local_ca, keepalive_server, monkeypatch):
     """A kept-alive server with the `provider.test` certificate; the outbound transport trusts
-    the test CA (instead of certifi's bundle) for the test. Records the SNI names it was sent."""
+    the local CA (instead of certifi's bundle) for the test. Records the SNI names it was sent."""
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_context.load_cert_chain(test_ca / "leaf.pem", test_ca / "leaf.key")
+    server_context.load_cert_chain(local_ca / "leaf.pem", local_ca / "leaf.key")
     names: list[str | None] = []
     server_context.sni_callback = lambda sslobj, name, context: names.append(name)
     client_context = outbound.create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
-    client_context.load_verify_locations(cafile=test_ca / "ca.pem")
+    client_context.load_verify_locations(cafile=local_ca / "ca.pem")
     monkeypatch.setattr(outbound, "_TLS_CONTEXT", client_context)
     server = keepalive_server(tls=server_context)
     server.sni_names = names
