@@ -1,4 +1,6 @@
-"""The repository's queries on real PostgreSQL: results, guards, races, and their plans."""
+"""What only the real repository has to show on PostgreSQL: one statement per call, races
+between connections, and the plans of its queries. What any implementation answers (results,
+guards, domain exceptions) is test_notification_repository_contract.py's."""
 
 from __future__ import annotations
 
@@ -6,14 +8,14 @@ import json
 import re
 import threading
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from notifications.models import Notification, Priority, Status
+from notifications.models import Notification, Priority
 from notifications.repositories import (
     _CHOSEN_COLUMNS,
     QUERIES,
@@ -24,7 +26,7 @@ from notifications.repositories import (
     NewNotification,
     NotificationRepository,
 )
-from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.factories import ClientFactory
 from tests.support.reads import table_reads, table_reads_since
 from tests.support.statements import statements_sent
 
@@ -49,58 +51,6 @@ def new_notification(client_id: uuid.UUID, key: str = "k-1", **fields) -> NewNot
         "max_attempts": 6,
     }
     return NewNotification(**{**values, **fields})
-
-
-DB_NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def database_clock_at_db_now(db):
-    """notifyqueue_now() answers DB_NOW inside this test's transaction (rolled back after)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE OR REPLACE FUNCTION notifyqueue_now() RETURNS timestamptz "
-            f"LANGUAGE sql STABLE AS $$ SELECT '{DB_NOW.isoformat()}'::timestamptz $$"
-        )
-
-
-@pytest.mark.django_db
-def test_insert_round_trips_every_field(database_clock_at_db_now):
-    client = ClientFactory()
-    record = repository.insert(new=new_notification(client.id))
-    assert record.priority is Priority.CRITICAL
-    assert record.metadata == {"nested": {"list": [1, 2]}}
-    assert (record.status, record.attempt_count) == (Status.PENDING, 0)
-    assert record.created_at == record.updated_at == record.send_at == record.due_at == DB_NOW
-    assert repository.get(notification_id=record.id, client_id=client.id) == record
-
-
-@pytest.mark.parametrize(
-    "timing, due",
-    [
-        ({"delay_seconds": 90}, DB_NOW + timedelta(seconds=90)),
-        ({"send_at": DB_NOW + timedelta(hours=2)}, DB_NOW + timedelta(hours=2)),
-        ({"send_at": DB_NOW - timedelta(days=400)}, DB_NOW),
-        ({}, DB_NOW),
-    ],
-)
-def test_due_time_comes_from_the_database_clock(database_clock_at_db_now, timing, due):
-    client = ClientFactory()
-    single = repository.insert(new=new_notification(client.id, **timing))
-    (batched,) = repository.insert_many(
-        client_id=client.id, new=[new_notification(client.id, key="k-2", **timing)]
-    )
-    assert single.send_at == single.due_at == due
-    assert batched.record.send_at == batched.record.due_at == due
-
-
-@pytest.mark.django_db
-def test_second_insert_with_the_key_raises_duplicate_request_with_the_first_row():
-    client = ClientFactory()
-    first = repository.insert(new=new_notification(client.id))
-    with pytest.raises(DuplicateRequest) as caught:
-        repository.insert(new=new_notification(client.id, body="other"))
-    assert caught.value.existing == first
 
 
 @pytest.mark.django_db
@@ -149,14 +99,6 @@ def test_the_checked_create_answers_what_the_database_chose_in_order():
         assert cursor.fetchall() == []
         assert tuple(column.name for column in cursor.description) == _CHOSEN_COLUMNS
     assert set(_CHOSEN_COLUMNS) <= set(RECORD_FIELDS)
-
-
-@pytest.mark.django_db
-def test_a_check_constraint_violation_becomes_invalid_request():
-    from notifyqueue.errors import InvalidRequest
-
-    with pytest.raises(InvalidRequest):
-        repository.insert(new=new_notification(ClientFactory().id, channel="pigeon"))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -231,37 +173,6 @@ def test_a_batch_racing_an_uncommitted_insert_answers_that_row_for_its_key():
     second.join(timeout=30)
     assert [r.created for r in holder["batch"]] == [True, False, True]
     assert holder["batch"][1].record == holder["record"]
-
-
-@pytest.mark.django_db
-def test_cancel_pending_changes_only_the_owners_pending_row():
-    mine = NotificationFactory()
-    sent = NotificationFactory(client=mine.client, status=Status.SENT)
-    now = timezone.now() + timedelta(seconds=1)
-    other = ClientFactory()
-    assert repository.cancel_pending(notification_id=mine.id, client_id=other.id, now=now) is None
-    assert (
-        repository.cancel_pending(notification_id=sent.id, client_id=sent.client_id, now=now)
-        is None
-    )
-    cancelled = repository.cancel_pending(
-        notification_id=mine.id, client_id=mine.client_id, now=now
-    )
-    assert (cancelled.status, cancelled.updated_at) == (Status.CANCELLED, now)
-    assert (
-        repository.cancel_pending(notification_id=mine.id, client_id=mine.client_id, now=now)
-        is None
-    )
-
-
-@pytest.mark.django_db
-def test_pending_count_stops_at_its_limit():
-    client = ClientFactory()
-    NotificationFactory.create_batch(5, client=client)
-    NotificationFactory(client=client, status=Status.SENT)
-    assert repository.pending_count(client_id=client.id, limit=3) == 3
-    assert repository.pending_count(client_id=client.id, limit=10) == 5
-    assert repository.pending_count(client_id=ClientFactory().id, limit=10) == 0
 
 
 INSERT_ROWS = """

@@ -1,8 +1,11 @@
 """An in-memory stand-in for `NotificationRepository`, for service tests without a database.
 
-It keeps the same promises the real one makes: one row per (client, idempotency key), a
-`DuplicateRequest` for the second insert, a cancel that only changes a PENDING row, a retry
-that only changes a FAILED or DEAD_LETTERED row.
+It keeps the promises the real one makes, and
+tests/integration/test_notification_repository_contract.py runs the same tests against both:
+one row per (client, idempotency key), a `DuplicateRequest` for the second insert, an
+`InvalidRequest` for a row that breaks a table rule (nothing stored), times from the database
+clock (`now` here), a cancel that only changes a PENDING row, a retry that only changes a
+FAILED or DEAD_LETTERED row.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from notifications.models import Status
+from notifications.models import QUEUED_STATUSES, Status
 from notifications.repositories import (
     DuplicateRequest,
     Inserted,
@@ -23,6 +26,10 @@ from notifications.repositories import (
     NotificationRecord,
     RetriedRow,
 )
+from notifyqueue.errors import InvalidRequest
+from notifyqueue.vocabulary import Channel
+
+RETRYABLE = (Status.FAILED.value, Status.DEAD_LETTERED.value)
 
 
 class InMemoryNotificationRepository:
@@ -34,9 +41,31 @@ class InMemoryNotificationRepository:
         self.now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
     def insert(self, *, new: NewNotification) -> NotificationRecord:
+        _check_table_rules(new)
         existing = self._by_key(new.client_id, new.idempotency_key)
         if existing is not None:
             raise DuplicateRequest(existing)
+        return self._store(new)
+
+    def insert_many(
+        self, *, client_id: uuid.UUID, new: Sequence[NewNotification]
+    ) -> list[Inserted]:
+        if len({item.idempotency_key for item in new}) != len(new):
+            raise ValueError("insert_many needs distinct idempotency keys")
+        # One statement: a row that breaks a rule stores none of the batch.
+        for item in new:
+            _check_table_rules(item)
+        results = []
+        for item in new:
+            existing = self._by_key(client_id, item.idempotency_key)
+            if existing is not None:
+                results.append(Inserted(record=existing, created=False))
+            else:
+                item = dataclasses.replace(item, client_id=client_id)
+                results.append(Inserted(record=self._store(item), created=True))
+        return results
+
+    def _store(self, new: NewNotification) -> NotificationRecord:
         now = self.now
         if new.delay_seconds is not None:
             due = now + timedelta(seconds=new.delay_seconds)
@@ -48,7 +77,7 @@ class InMemoryNotificationRepository:
         record = NotificationRecord(
             **values,
             id=uuid.uuid4(),
-            status=Status.PENDING,
+            status=Status.PENDING.value,
             attempt_count=0,
             last_error=None,
             sent_at=None,
@@ -59,19 +88,6 @@ class InMemoryNotificationRepository:
         self.rows[record.id] = record
         self.inserts += 1
         return record
-
-    def insert_many(
-        self, *, client_id: uuid.UUID, new: Sequence[NewNotification]
-    ) -> list[Inserted]:
-        assert len({item.idempotency_key for item in new}) == len(new), "keys must be distinct"
-        results = []
-        for item in new:
-            assert item.client_id == client_id
-            try:
-                results.append(Inserted(record=self.insert(new=item), created=True))
-            except DuplicateRequest as duplicate:
-                results.append(Inserted(record=duplicate.existing, created=False))
-        return results
 
     def get(
         self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None
@@ -129,7 +145,7 @@ class InMemoryNotificationRepository:
         record = self.get(notification_id=notification_id, client_id=client_id)
         if record is None or record.status != Status.PENDING:
             return None
-        cancelled = dataclasses.replace(record, status=Status.CANCELLED, updated_at=now)
+        cancelled = dataclasses.replace(record, status=Status.CANCELLED.value, updated_at=now)
         self.rows[record.id] = cancelled
         return cancelled
 
@@ -144,7 +160,7 @@ class InMemoryNotificationRepository:
         self, *, notification_id: uuid.UUID, operator: str, now: datetime
     ) -> NotificationRecord | None:
         record = self.rows.get(notification_id)
-        if record is None or record.status not in (Status.FAILED, Status.DEAD_LETTERED):
+        if record is None or record.status not in RETRYABLE:
             return None
         retried = self._retried(record, operator=operator, now=now)
         self.rows[record.id] = retried
@@ -177,6 +193,9 @@ class InMemoryNotificationRepository:
         return len(self._retryable(status, channel, retried_before))
 
     def _retryable(self, status, channel, retried_before) -> list[NotificationRecord]:
+        # The real query reads the queue table, which holds every row but the SENT ones.
+        if status not in QUEUED_STATUSES:
+            return []
         return [
             r
             for r in self.rows.values()
@@ -189,15 +208,25 @@ class InMemoryNotificationRepository:
             )
         ]
 
-    @staticmethod
-    def _retried(record: NotificationRecord, *, operator: str, now: datetime) -> NotificationRecord:
+    def _retried(
+        self, record: NotificationRecord, *, operator: str, now: datetime
+    ) -> NotificationRecord:
+        # Due by the database clock; the operator's `now` stamps who retried when.
         return dataclasses.replace(
             record,
-            status=Status.PENDING,
-            due_at=now,
+            status=Status.PENDING.value,
+            due_at=self.now,
             attempt_count=0,
             operator_retries=record.operator_retries + 1,
             last_retried_at=now,
             last_retried_by=operator,
             updated_at=now,
         )
+
+
+def _check_table_rules(new: NewNotification) -> None:
+    """The rules the table's domains hold for a new row (migration notifications 0021)."""
+    if new.channel not in Channel.values:
+        raise InvalidRequest(f"The notification breaks a table rule: channel {new.channel!r}")
+    if new.max_attempts < 0:
+        raise InvalidRequest("The notification breaks a table rule: max_attempts below 0")
