@@ -14,7 +14,7 @@
 -- never holds another client's rows behind it. No client takes more than its share of one
 -- claim, ceil(limit / clients with a due row at that priority), while others wait.
 --
--- The statement is a PL/pgSQL function (migration delivery 0018) so that its plan is made
+-- The statement is a PL/pgSQL function (delivery/sql/functions/) so that its plan is made
 -- once per server connection, not on every call: planning was most of a claim of a row or
 -- two. The cost grows with the number of clients that have waiting rows, not with the rows
 -- or the history.
@@ -23,12 +23,12 @@ SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, 
 FROM notification_claim_due_many(%(limit)s, %(worker)s, %(claim_timeout_s)s);
 
 -- name: notification_finish
--- Applies a batch of results (migration delivery 0010 holds the statement): each result
+-- Applies a batch of results (delivery/sql/functions/notification_finish_many.sql): each result
 -- applies only to a PROCESSING row still held under the claim token it carries (a claim that
 -- expired and was taken over is left alone); its attempt is finished; a result other than
 -- SENT frees the rate-limit slot it was admitted to; an in-app delivery reaches the inbox in
 -- the same transaction; final statuses get their webhook event from the trigger on
--- notification (migration delivery 0002). A fallback switch (channel and content non-null,
+-- notification (webhooks/sql/functions/notification_webhook_outbox.sql). A fallback switch (channel and content non-null,
 -- attempt_reset true) moves the row to its next channel with its attempts reset; the finished
 -- attempt keeps the old channel. A retry or deferral carries its wait in seconds (delay_s),
 -- added to the database's clock; NULL keeps the row's due time. Each changed row is answered
@@ -201,7 +201,7 @@ SET stopped_at = notifyqueue_now(), last_seen_at = notifyqueue_now(), delivered 
 WHERE worker_id = %(worker)s;
 
 -- name: worker_waiting_mark
--- The worker is about to sleep: creates notify from now on (migration delivery 0008). The
+-- The worker is about to sleep: creates notify from now on (notification_wakeup). The
 -- exclusive lock waits for every create whose wake-up trigger has run and is not yet committed
 -- (they hold it shared), so the claim the worker makes next sees their rows; it is released at
 -- this statement's commit.
@@ -212,7 +212,7 @@ WHERE worker_id = %(worker)s;
 
 -- name: worker_waiting_clear_stale
 -- The wake-up marks of workers not seen for %(seconds)s: killed outright, they cannot clear
--- their own, and the creates would notify for them for ever (migration delivery 0008).
+-- their own, and the creates would notify for them for ever (notification_wakeup).
 UPDATE worker_heartbeat
 SET waiting = false
 WHERE waiting AND last_seen_at < notifyqueue_now() - make_interval(secs => %(seconds)s);

@@ -180,7 +180,7 @@ RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, 
 
 -- name: client_pending_count
 -- Counts at most `limit` rows, so the cost is bounded by the limit, not by the backlog: the
--- function (migration notifications 0020) walks the client's entries in notification_queue's
+-- function (notifications/sql/functions/) walks the client's entries in notification_queue's
 -- queue_client_status (client_id, status, created_at DESC, id DESC) in the index's order and
 -- stops at the limit, with sequential and bitmap scans off, so a queue a burst has left large
 -- and nearly empty is not read whole.
@@ -310,13 +310,13 @@ SELECT (SELECT count(*) FROM scanned) AS scanned,
 -- name: notification_create_checked
 -- A create with its API key checked by the same statement: the thin create path
 -- (notifications/ingest.py) sends it for a key this process has authenticated before. The
--- function (migration notifications 0012) inserts the row only while the key with this prefix
+-- function (notifications/sql/functions/) inserts the row only while the key with this prefix
 -- and hash is still the client's, unrevoked and unexpired (database clock); a key the client
 -- already used inserts nothing either. Either way nothing is returned and the caller goes the
 -- long way (the key looked up on its own, then notification_create, which answers a replay).
 -- A function, so that PostgreSQL plans the insert once per server connection instead of on
 -- every create (0.3 ms, docs/performance.md). Answers only what the database chose or
--- rewrote (notifications/repositories.py, `_CHOSEN_COLUMNS`; migration 0022): the row's id
+-- rewrote (notifications/repositories.py, `_CHOSEN_COLUMNS`): the row's id
 -- and times, and its JSON values as stored (an empty metadata object or fallback list NULL);
 -- the caller has the rest, as it sent them.
 SELECT *
@@ -330,6 +330,6 @@ SELECT *
 -- name: notifications_create_checked_many
 -- Several single creates, gathered while another create statement of this process ran
 -- (notifications/repositories.py, `CreateCombiner`), each with its API key checked as
--- notification_create_checked checks it (migration notifications 0016). Each row answers its
+-- notification_create_checked checks it (notifications/sql/functions/). Each row answers its
 -- client and key, then `_CHOSEN_COLUMNS`; an item that inserted nothing answers nothing.
 SELECT * FROM notifications_create_checked_many(%(items)s::jsonb);

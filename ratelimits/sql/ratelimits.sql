@@ -1,5 +1,5 @@
 -- The per-recipient rolling window. `RateLimitRepository` is the only user of these statements.
--- A window is keyed by ratelimit_key(channel, client, recipient) (migration ratelimits 0003): the
+-- A window is keyed by ratelimit_key(channel, client, recipient) (ratelimits/sql/functions/): the
 -- address for email, SMS and push, across clients; (client, user) for in-app. Everything that
 -- checks a key's count runs under that key's transaction-level advisory lock (taken inside
 -- ratelimit_admit()), so two workers never both take the last slot; other keys hash to other
@@ -8,13 +8,13 @@
 -- name: ratelimit_admit
 -- Lock, forget what left the window, count, and record if under the limit (CRITICAL: record
 -- without a check); when a slot is left over, let the next held row of the key go. The
--- function is in migration ratelimits 0003. True when admitted.
+-- function is in notifications/sql/functions/. True when admitted.
 SELECT ratelimit_admit(%(channel)s, %(client_id)s, %(recipient)s, %(notification_id)s,
                        %(claim_token)s, %(limit)s, %(window_s)s, %(critical)s)
 
 -- name: ratelimit_admit_many
 -- ratelimit_admit for every row of a claim, in one statement: the keys' advisory locks are
--- taken in one global order (migration ratelimits 0005), so concurrent callers cannot deadlock.
+-- taken in one global order (notifications/sql/functions/ratelimit_admit_many.sql), so concurrent callers cannot deadlock.
 -- Returns each row's id and whether it was admitted.
 SELECT notification_id, admitted
 FROM ratelimit_admit_many(%(channels)s::text[], %(client_ids)s::uuid[], %(recipients)s::text[],
