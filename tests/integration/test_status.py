@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 
 from clients.models import Client, ClientAPIKey
 from delivery.repositories import DeliveryRepository
-from monitoring.repositories import SQL, HealthRepository, PacedCounts
+from health.repositories import SQL, HealthRepository, PacedCounts
 from notifications.models import Priority, Status
 from tests.support.clock import DbClock
 from tests.support.factories import ClientFactory, NotificationFactory

@@ -23,10 +23,10 @@ from prometheus_client import multiprocess
 
 from clients.authentication import KEYWORD as API_KEY_KEYWORD
 from clients.repositories import client_for_api_key
-from monitoring.metrics import queue_registry_build
+from health.metrics import queue_registry_build
+from health.repositories import HealthRepository
+from health.services import status_report, status_thresholds_from_settings
 from monitoring.middleware import flush_request_metrics
-from monitoring.repositories import HealthRepository
-from monitoring.services import status_report, status_thresholds_from_settings
 
 QUEUE_REGISTRY = queue_registry_build()
 

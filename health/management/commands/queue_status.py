@@ -2,7 +2,7 @@
 
 Depth per status and priority, how late the longest-due notification is, dead letters, live
 workers, the webhook backlog and open circuits, read with the same cheap queries as /status
-and the queue gauges of /metrics (monitoring/repositories.py), once. Exit status 1 when
+and the queue gauges of /metrics (health/repositories.py), once. Exit status 1 when
 /status would answer 503, and the reasons.
 """
 
@@ -13,13 +13,13 @@ from datetime import datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from monitoring.repositories import (
+from health.repositories import (
     CircuitReading,
     DatabaseUnavailable,
     HealthRepository,
     QueueSnapshot,
 )
-from monitoring.services import (
+from health.services import (
     QUEUE_STATUSES,
     StatusThresholds,
     status_report,

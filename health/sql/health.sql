@@ -69,11 +69,6 @@ SELECT count(*) AS live, max(last_seen_at) AS last_seen_at
   FROM worker_heartbeat
  WHERE stopped_at IS NULL AND last_seen_at >= %(since)s;
 
--- name: table_row_estimate
--- The planner's row estimate for a table (kept by ANALYZE and autovacuum), for admin lists
--- that must not COUNT(*) millions of rows. -1 means the table was never analysed.
-SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s);
-
 -- name: circuits_all
 -- Every provider's circuit breaker (a handful of rows, one per channel and provider).
 SELECT name, state, consecutive_failures, opened_at FROM circuit_breaker ORDER BY name;

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from monitoring.views import metrics_view, status_view
+from health.views import metrics_view, status_view
 
 urlpatterns = [
     path("status", status_view, name="status"),
