@@ -22,12 +22,6 @@ from notifyqueue.sqlfile import PROJECT
 KNOWN_CROSSINGS = {
     # The deferral and the release move notifications and finish an attempt.
     "ratelimits/sql/ratelimits.sql": {"notification", "notification_queue", "delivery_attempt"},
-    # Retention deletes a notification's attempts and webhook events with it.
-    "notifications/sql/notifications.sql": {
-        "webhook_event",
-        "webhook_delivery_attempt",
-        "delivery_attempt",
-    },
 }
 
 

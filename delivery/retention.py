@@ -1,5 +1,6 @@
 """Retention: deleting finished notifications older than a cutoff, in short batches. No ORM
-here.
+here. It deletes rows of every app that refer to a notification (attempts, webhook events,
+inbox messages, rate-limit records), so it is the highest app's.
 
 Invariants protected here:
 - retention deletes only finished rows, never one still waiting or whose webhook is still
@@ -13,8 +14,8 @@ from datetime import datetime
 
 from django.conf import settings
 
-from notifications.repositories import ListPosition, NotificationRepository, PruneStep
-from notifications.services import NotificationStore
+from delivery.repositories import PruneStep, RetentionRepository
+from notifications.repositories import ListPosition
 from notifyqueue.errors import InvalidRequest
 
 # Retention: rows scanned per batch. Each batch is one short statement; its locks last only as
@@ -26,12 +27,12 @@ log = logging.getLogger("notifyqueue.notifications")
 
 
 def notifications_prune_cutoff(
-    *, older_than_s: float, repository: NotificationStore | None = None
+    *, older_than_s: float, repository: RetentionRepository | None = None
 ) -> datetime:
     """The moment before which finished notifications may go: the database clock minus
     `older_than_s`, which may not be shorter than the rate-limit window (the window counts
     the records that retention deletes with their notifications)."""
-    repository = repository or NotificationRepository()
+    repository = repository or RetentionRepository()
     window_s = settings.NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS
     if older_than_s < window_s:
         message = f"At least the rate-limit window ({window_s:g} seconds)."
@@ -44,13 +45,13 @@ def notifications_prune_step(
     cutoff: datetime,
     after: ListPosition,
     batch: int = PRUNE_BATCH,
-    repository: NotificationStore | None = None,
+    repository: RetentionRepository | None = None,
 ) -> PruneStep:
     """One retention batch: of the next `batch` notifications created before `cutoff` (after
     `after`), deletes those that finished before it, with their attempts, webhook events,
     inbox messages and rate-limit records. Call again from the returned position until it
     scans nothing."""
-    repository = repository or NotificationRepository()
+    repository = repository or RetentionRepository()
     if not 1 <= batch <= PRUNE_BATCH_MAX:
         message = f"Between 1 and {PRUNE_BATCH_MAX}."
         raise InvalidRequest(f"batch: {message}", fields={"batch": [message]})

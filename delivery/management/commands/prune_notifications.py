@@ -13,8 +13,8 @@ import re
 
 from django.core.management.base import BaseCommand, CommandError
 
-from notifications import retention
-from notifications.repositories import PRUNE_START
+from delivery import retention
+from delivery.repositories import PRUNE_START
 from notifyqueue.errors import DomainError
 
 AGE = re.compile(r"(\d+)([dhms])")
