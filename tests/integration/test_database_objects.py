@@ -114,26 +114,29 @@ def test_what_postgresql_runs_is_what_the_files_say():
     assert from_files["triggers"] == migrated["triggers"]
 
 
-def test_a_database_migrated_before_the_squash_has_nothing_to_apply():
+def test_a_database_migrated_before_the_squash_applies_only_what_came_after_it():
     """A database whose history names the migrations the squashed ones replace (and the
-    squashed ones' own names, which the first of each app kept) counts the new set as applied,
-    so `migrate` neither skips nor repeats anything."""
+    squashed ones' own names, which the first of each app kept) counts the squashed set as
+    applied: `migrate` neither skips nor repeats anything, and runs only the migrations added
+    since (which replace nothing)."""
     executor = MigrationExecutor(connection)
     project = {
-        app
-        for (app, _), migration in executor.loader.disk_migrations.items()
+        key: migration
+        for key, migration in executor.loader.disk_migrations.items()
         if type(migration).__module__.split(".")[0] in PROJECT_PACKAGES
     }
+    squashed = {key for key, m in project.items() if m.replaces or key[1].startswith("0001_")}
     recorder = MigrationRecorder(connection)
-    recorder.migration_qs.filter(app__in=project).delete()
-    for (app, name), migration in executor.loader.disk_migrations.items():
-        if app in project:
+    recorder.migration_qs.filter(app__in={app for app, _ in project}).delete()
+    for (app, name), migration in project.items():
+        if (app, name) in squashed:
             for old_app, old_name in migration.replaces:
                 recorder.record_applied(old_app, old_name)
             if name.startswith("0001_"):
                 recorder.record_applied(app, name)
 
     executor = MigrationExecutor(connection)
-    assert executor.migration_plan(executor.loader.graph.leaf_nodes()) == []
-    for key in executor.loader.disk_migrations:
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    assert {(m.app_label, m.name) for m, _ in plan} == set(project) - squashed
+    for key in squashed:
         assert key in executor.loader.applied_migrations, key

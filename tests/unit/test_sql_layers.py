@@ -17,13 +17,6 @@ from django.apps import apps
 
 from notifyqueue.sqlfile import PROJECT
 
-# Crossings not yet moved behind a function of the higher app, each with the tables it names.
-# Remove an entry when its statements move; the test fails when an entry is no longer needed.
-KNOWN_CROSSINGS = {
-    # The deferral and the release move notifications and finish an attempt.
-    "ratelimits/sql/ratelimits.sql": {"notification", "notification_queue", "delivery_attempt"},
-}
-
 
 def layers() -> dict[str, int]:
     """Each top-level package's layer, 0 the lowest; `a | b` share one."""
@@ -69,4 +62,4 @@ def test_sql_reads_and_writes_only_its_own_and_lower_apps_tables():
         }
         if higher:
             crossings[str(path.relative_to(PROJECT))] = higher
-    assert crossings == KNOWN_CROSSINGS
+    assert crossings == {}
