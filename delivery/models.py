@@ -61,7 +61,7 @@ class WorkerHeartbeat(models.Model):
     last_seen_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
     delivered = models.PositiveBigIntegerField(default=0)
-    # Asleep on LISTEN, or about to be: creates notify while any worker is (migration 0008).
+    # Asleep on LISTEN, or about to be: creates notify while any worker is (`notification_wakeup`).
     waiting = models.BooleanField(default=False, db_default=False)
 
     class Meta:

@@ -293,7 +293,7 @@ class DeliveryRepository:
         SQL.execute("worker_heartbeat_stop", worker=worker, delivered=delivered)
 
     def worker_waiting_mark(self, *, worker: str) -> None:
-        """From its commit on, creates notify (migration 0008); a create whose wake-up trigger
+        """From its commit on, creates notify (the wake-up trigger); a create whose wake-up trigger
         ran before is committed by then, so a claim made after this sees its row."""
         SQL.execute("worker_waiting_mark", worker=worker)
 

@@ -60,7 +60,7 @@ def clock():
 
 
 def rate_key(recipient: str, *, channel: str = "email", client_id=None) -> bytes:
-    """ratelimit_key() of migration ratelimits 0003, as the window table stores it."""
+    """ratelimit_key() (its file in ratelimits), as the window table stores it."""
     key = f"in_app:{client_id}:{recipient}" if channel == "in_app" else recipient
     return hashlib.sha256(key.encode()).digest()
 
