@@ -50,8 +50,10 @@ class Migration(migrations.Migration):
             },
         ),
         database_objects_create("ratelimits/sql/functions/ratelimit_key.sql"),
-        # Rows come and go with every delivery: VACUUM keeps the empty last pages, since giving
-        # them back takes a lock every admission would wait for.
+        # The primary key's constraint keeps the name Django gave it when the claim token became
+        # the key, so that every database has the same schema. Rows come and go with every
+        # delivery: VACUUM keeps the empty last pages, since giving them back takes a lock every
+        # admission would wait for.
         migrations.RunSQL(
             """
             ALTER TABLE ratelimit_delivery
