@@ -1,13 +1,10 @@
-"""What the worker records: every attempt, every live worker, the simulated provider's memory,
-and the in-app inbox.
+"""What the worker records: every attempt, every live worker and the simulated provider's memory.
 
-Invariants: an attempt row is written by the claim that starts it and finished only by the
-holder of that claim's token; an inbox message exists only for a SENT in-app notification and
-is written in the same statement that marks it SENT.
+Invariant: an attempt row is written by the claim that starts it and finished only by the
+holder of that claim's token.
 """
 
 from django.db import models
-from django.db.models import Q
 
 
 class Outcome(models.TextChoices):
@@ -64,7 +61,7 @@ class WorkerHeartbeat(models.Model):
     last_seen_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
     delivered = models.PositiveBigIntegerField(default=0)
-    # Asleep on LISTEN, or about to be: creates notify while any worker is (migration 0008).
+    # Asleep on LISTEN, or about to be: creates notify while any worker is (`notification_wakeup`).
     waiting = models.BooleanField(default=False, db_default=False)
 
     class Meta:
@@ -100,42 +97,3 @@ class SimulatedProviderMessage(models.Model):
 
     def __str__(self) -> str:
         return self.idempotency_key
-
-
-class InboxMessage(models.Model):
-    """An in-app notification as the user's inbox shows it."""
-
-    id = models.UUIDField(primary_key=True)
-    # No index of its own: a lookup by client is served by inbox_by_user's prefix (one index
-    # entry fewer per in-app message).
-    client = models.ForeignKey(
-        "clients.Client", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    # The in-app recipient as the notification stored it, however long the API allowed it.
-    user_id = models.TextField()
-    notification = models.OneToOneField(
-        "notifications.Notification", on_delete=models.CASCADE, related_name="inbox_message"
-    )
-    subject = models.TextField(blank=True, default="")
-    body = models.TextField()
-    metadata = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField()
-    read_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        db_table = "inbox_message"
-        indexes = [
-            # A user's inbox pages, newest first, by keyset on (created_at, id): each page is
-            # read off one of these in order, all messages or the unread ones, whatever the
-            # user's history (the unread index held no order: a page of unread messages sorted
-            # every unread message of the user; migration delivery 0011).
-            models.Index(fields=["client", "user_id", "-created_at", "-id"], name="inbox_by_user"),
-            models.Index(
-                fields=["client", "user_id", "-created_at", "-id"],
-                name="inbox_unread",
-                condition=Q(read_at__isnull=True),
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"inbox {self.user_id}: {self.subject or self.body[:40]}"

@@ -1,4 +1,5 @@
-"""The delivery worker's database access: the only code that runs `delivery/sql/queries.sql`.
+"""The delivery worker's database access: the only code that runs `delivery/sql/queries.sql`;
+and retention's, the only code that runs `delivery/sql/retention.sql`.
 
 Invariants protected here:
 - a row is claimed by at most one worker at a time (FOR UPDATE SKIP LOCKED, then PROCESSING
@@ -9,7 +10,9 @@ Invariants protected here:
   notifyqueue_now(), never the worker's;
 - a result that cannot be written with its batch is written on its own, and a result that
   cannot be written at all still ends its row (dead-lettered with the reason): no row is ever
-  left waiting for its claim to expire because of what a provider answered.
+  left waiting for its claim to expire because of what a provider answered;
+- retention deletes only rows that finished before its cutoff (database clock), with every
+  row that refers to them, in short batches that skip rows another transaction holds.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 
+from notifications.repositories import ListPosition
 from notifyqueue.sqlgateway import Queries
 
 # The tables every claim and finish writes and reads by more than a primary key, whose
@@ -289,7 +293,7 @@ class DeliveryRepository:
         SQL.execute("worker_heartbeat_stop", worker=worker, delivered=delivered)
 
     def worker_waiting_mark(self, *, worker: str) -> None:
-        """From its commit on, creates notify (migration 0008); a create whose wake-up trigger
+        """From its commit on, creates notify (the wake-up trigger); a create whose wake-up trigger
         ran before is committed by then, so a claim made after this sees its row."""
         SQL.execute("worker_waiting_mark", worker=worker)
 
@@ -400,3 +404,61 @@ def notification_attempts(
         )
         for a in rows
     ]
+
+
+# Retention (delivery/retention.py): deleting finished notifications with every row, in every
+# app, that refers to them.
+RETENTION_SQL = Queries(Path(__file__).with_name("sql") / "retention.sql")
+
+
+@dataclass(frozen=True)
+class PruneStep:
+    """What one retention batch did; `position` is where the next batch starts."""
+
+    scanned: int
+    deleted: int
+    attempts_deleted: int
+    position: ListPosition | None
+
+
+@dataclass(frozen=True)
+class _PruneBatchRow:
+    """notifications_prune_batch's row; `last_*` is the last row scanned (None if none)."""
+
+    scanned: int
+    deleted: int
+    attempts_deleted: int
+    last_created_at: datetime | None
+    last_id: uuid.UUID | None
+
+
+# Where a retention run starts: before any row.
+PRUNE_START = ListPosition(created_at=datetime.min.replace(tzinfo=UTC), id=uuid.UUID(int=0))
+
+
+class RetentionRepository:
+    def prune_cutoff(self, *, older_than_s: float) -> datetime:
+        """The database clock now, minus `older_than_s`."""
+        return RETENTION_SQL.scalar("notifications_prune_cutoff", older_than_s=older_than_s)
+
+    def prune_batch(self, *, cutoff: datetime, after: ListPosition, scan: int) -> PruneStep:
+        """Deletes finished rows among the next `scan` rows created before `cutoff`."""
+        done = RETENTION_SQL.row(
+            "notifications_prune_batch",
+            row=_PruneBatchRow,
+            cutoff=cutoff,
+            after_created_at=after.created_at,
+            after_id=after.id,
+            scan=scan,
+        )
+        position = (
+            None
+            if done.last_id is None
+            else ListPosition(created_at=done.last_created_at, id=done.last_id)
+        )
+        return PruneStep(
+            scanned=done.scanned,
+            deleted=done.deleted,
+            attempts_deleted=done.attempts_deleted,
+            position=position,
+        )

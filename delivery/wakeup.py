@@ -1,7 +1,7 @@
 """The worker's wake-up: a LISTEN connection on its own thread.
 
 A trigger sends `NOTIFY notifyqueue_due` when a notification is inserted or put back to
-PENDING (migration delivery 0002). The listener tells the worker of each one, so an idle
+PENDING (`notification_wakeup`). The listener tells the worker of each one, so an idle
 worker claims at once instead of at its next poll. It is the only session state the
 worker relies on, so it has its own direct connection (NOTIFYQUEUE_LISTEN_DATABASE_URL when
 the others go through a transaction-pooling PgBouncer, where LISTEN does not work); if that

@@ -400,7 +400,7 @@ class Worker:
                 self._due_check_at = time.monotonic() + self._idle_wait_s()
         if not self._dry and step.claimed:
             if self._waiting:
-                # Busy: the creates need not wake this worker (migration delivery 0008).
+                # Busy: the creates need not wake this worker (`notification_wakeup`).
                 self.repository.worker_waiting_clear(worker=self.worker_id)
                 self._waiting = False
             return True  # the claim was full: more may be due
@@ -445,7 +445,7 @@ class Worker:
 
     def _waiting_mark(self) -> None:
         """Asks the creates for wake-ups before the worker first sleeps: a create notifies
-        (at its commit) only while some worker is marked (migration delivery 0008). The mark
+        (at its commit) only while some worker is marked (`notification_wakeup`). The mark
         waits for the creates already past that check, so the claim the loop makes next,
         before it sleeps, sees their rows."""
         self.repository.worker_waiting_mark(worker=self.worker_id)

@@ -20,7 +20,7 @@ import math
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 
-from monitoring.repositories import HealthRepository
+from monitoring.repositories import table_row_estimate
 
 EXACT_COUNT_BELOW = 10_000
 LIST_DEPTH = 10_000
@@ -31,7 +31,7 @@ class EstimatedCountPaginator(Paginator):
     def count(self) -> int:
         queryset = self.object_list
         if not queryset.query.where:
-            estimate = HealthRepository().table_row_estimate(queryset.model._meta.db_table)
+            estimate = table_row_estimate(queryset.model._meta.db_table)
             if estimate is not None and estimate >= EXACT_COUNT_BELOW:
                 return estimate
             return queryset.count()

@@ -36,7 +36,7 @@ def recipient_is(recipient: str) -> Q:
 
 class DomainColumn:
     """A field whose column type is a PostgreSQL domain over the field's own type, the domain
-    holding the column's rule as its CHECK (migration 0021), so the field adds no CHECK of its
+    holding the column's rule as its CHECK (its migration), so the field adds no CHECK of its
     own. PostgreSQL reads a domain's rule once per connection; a table's CHECKs it reads again,
     from their stored text, for every statement that writes the table (a fifth of a create's
     work in PostgreSQL)."""
@@ -167,7 +167,7 @@ class Notification(models.Model):
         indexes = [
             # None of these names a column that a claim, a finish or a retry changes (status,
             # due time, claim, attempts), so those updates are HOT when the page has room
-            # (fillfactor 50, migration 0010): they write no index entry of this wide table.
+            # (fillfactor 50): they write no index entry of this wide table.
             # Only the rarer updates are not: a fallback to another channel (a new recipient)
             # and a rate-limit deferral (rate_deferred_from). Every look-up by status or due
             # time reads NotificationQueue instead.
@@ -216,7 +216,7 @@ class NotificationQueue(models.Model):
     every read by status go through, so that the wide record keeps no index on a column those
     change.
 
-    Written only by the triggers on `notification` (migrations notifications 0009 and 0014), in
+    Written only by the triggers on `notification` (`notification_queue_*`), in
     the same statement that changes the record, under that record's row lock; never written
     directly. A row is the record's copy of status, priority, channel, due time, creation time
     and claim expiry, with a PENDING row's recipient digest; a record that becomes SENT leaves
@@ -242,7 +242,7 @@ class NotificationQueue(models.Model):
     created_at = models.DateTimeField()
     claim_expires_at = models.DateTimeField(null=True)
     # A PENDING row's md5(recipient)::uuid (`recipient_digest`); NULL in any other status, so a
-    # claim computes none (migration 0014).
+    # claim computes none.
     recipient_digest = models.UUIDField(null=True)
 
     class Meta:

@@ -10,9 +10,7 @@ Invariants protected here:
 - an operator retry is one conditional UPDATE guarded by the retryable statuses (FAILED,
   DEAD_LETTERED); a bulk retry selects its rows with FOR UPDATE SKIP LOCKED, so two operators
   retrying at once never send the same row back twice;
-- a client-scoped read never returns another client's row;
-- retention deletes only rows that finished before its cutoff (database clock), with every
-  row that refers to them, in short batches that skip rows another transaction holds.
+- a client-scoped read never returns another client's row.
 
 Everything returned is a dataclass or a list of them, never a QuerySet. Named SQL runs
 through the SQL gateway (`notifyqueue/sqlgateway.py`, rows into dataclasses by column name),
@@ -31,7 +29,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -162,31 +160,6 @@ class ListPage:
     records: list[NotificationRecord]
     # True when more rows lie beyond this page in the direction it was read.
     has_more: bool
-
-
-@dataclass(frozen=True)
-class PruneStep:
-    """What one retention batch did; `position` is where the next batch starts."""
-
-    scanned: int
-    deleted: int
-    attempts_deleted: int
-    position: ListPosition | None
-
-
-@dataclass(frozen=True)
-class _PruneBatchRow:
-    """notifications_prune_batch's row; `last_*` is the last row scanned (None if none)."""
-
-    scanned: int
-    deleted: int
-    attempts_deleted: int
-    last_created_at: datetime | None
-    last_id: uuid.UUID | None
-
-
-# Where a retention run starts: before any row.
-PRUNE_START = ListPosition(created_at=datetime.min.replace(tzinfo=UTC), id=uuid.UUID(int=0))
 
 
 @dataclass(frozen=True)
@@ -736,32 +709,6 @@ class NotificationRepository:
             status=status,
             channel=channel,
             retried_before=retried_before,
-        )
-
-    def prune_cutoff(self, *, older_than_s: float) -> datetime:
-        """The database clock now, minus `older_than_s`."""
-        return QUERIES.scalar("notifications_prune_cutoff", older_than_s=older_than_s)
-
-    def prune_batch(self, *, cutoff: datetime, after: ListPosition, scan: int) -> PruneStep:
-        """Deletes finished rows among the next `scan` rows created before `cutoff`."""
-        done = QUERIES.row(
-            "notifications_prune_batch",
-            row=_PruneBatchRow,
-            cutoff=cutoff,
-            after_created_at=after.created_at,
-            after_id=after.id,
-            scan=scan,
-        )
-        position = (
-            None
-            if done.last_id is None
-            else ListPosition(created_at=done.last_created_at, id=done.last_id)
-        )
-        return PruneStep(
-            scanned=done.scanned,
-            deleted=done.deleted,
-            attempts_deleted=done.attempts_deleted,
-            position=position,
         )
 
     def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int:

@@ -1,8 +1,9 @@
 """Rules for creating, reading and cancelling notifications. No ORM here.
 
 Listing with its cursor is in `notifications/listing.py`, operator retries in
-`notifications/retries.py`, retention in `notifications/retention.py`; they share
-`NotificationStore` and the errors defined here.
+`notifications/retries.py`; they share `NotificationStore` and the errors defined here.
+Retention deletes every app's rows of a notification, so it is the delivery app's
+(`delivery/retention.py`).
 
 Invariants protected here:
 - a request is fully checked (content resolved, body size) before anything is written, so an
@@ -50,7 +51,6 @@ from notifications.repositories import (
     NewNotification,
     NotificationRecord,
     NotificationRepository,
-    PruneStep,
     RetriedRow,
 )
 from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
@@ -182,10 +182,6 @@ class NotificationStore(Protocol):
     def retryable_count(
         self, *, status: str, channel: str | None, retried_before: datetime | None = None
     ) -> int: ...
-
-    def prune_cutoff(self, *, older_than_s: float) -> datetime: ...
-
-    def prune_batch(self, *, cutoff: datetime, after: ListPosition, scan: int) -> PruneStep: ...
 
 
 @dataclass(frozen=True)

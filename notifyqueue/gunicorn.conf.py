@@ -2,7 +2,7 @@
 
 /metrics must report the whole API, not whichever worker process answers the scrape. So every
 process writes its counters into PROMETHEUS_MULTIPROC_DIR (prometheus_client's multi-process
-mode) and any one of them serves the sum (monitoring/views.py). This file
+mode) and any one of them serves the sum (health/views.py). This file
 
 - uses PROMETHEUS_MULTIPROC_DIR when it is set (it must be empty when gunicorn starts; workers
   of `manage.py run_worker` on the same host may share it), else creates a fresh directory for

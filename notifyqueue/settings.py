@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "ratelimits",
     "templates",
     "monitoring",
+    "health",
     "preferences",
 ]
 

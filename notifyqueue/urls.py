@@ -13,7 +13,7 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("api/v1/", include("delivery.urls")),
     path("api/v1/", include("notifications.urls")),
-    path("", include("monitoring.urls")),
+    path("", include("health.urls")),
     path("api/v1/", include("templates.urls")),
     path("api/v1/", include("preferences.urls")),
 ]

@@ -1,8 +1,8 @@
 """The in-app inbox: a user's messages, newest first, and marking one read. No ORM here.
 
-The messages are written by the worker when it sends on the in_app channel (their model is
-`delivery.models.InboxMessage`); this app reads them through `InboxRepository`, below
-delivery in the layers (docs/technical-design.md, Layers).
+The messages are this app's table (`preferences.models.InboxMessage`), written by the worker
+when it sends on the in_app channel (delivery, above this app in the layers, writes it in its
+finish); this app reads them and marks them read through `InboxRepository`.
 
 Invariants protected here:
 - an inbox read is idempotent and scoped to the client and the user.

@@ -2,13 +2,17 @@
 
 `channels` is ordered: the first usable channel carries a notification and the rest are its
 fallbacks, in that order. The in-app channel's address is the user id itself, so it is never
-stored in `addresses`. The in-app inbox (the in_app channel's messages) is
-`delivery.models.InboxMessage`, written by the worker; this app serves it over HTTP.
+stored in `addresses`.
+
+The in-app inbox (the in_app channel's messages) is this app's table, which it serves over
+HTTP. Invariant: an inbox message exists only for a SENT in-app notification; the worker's
+finish (delivery's `notification_finish_many`) writes it in the statement that marks it SENT.
 """
 
 import uuid
 
 from django.db import models
+from django.db.models import Q
 
 from notifyqueue.vocabulary import USER_ID_MAX_LENGTH
 
@@ -40,3 +44,42 @@ class UserPreferences(models.Model):
 
     def __str__(self) -> str:
         return f"preferences of {self.user_id}"
+
+
+class InboxMessage(models.Model):
+    """An in-app notification as the user's inbox shows it."""
+
+    id = models.UUIDField(primary_key=True)
+    # No index of its own: a lookup by client is served by inbox_by_user's prefix (one index
+    # entry fewer per in-app message).
+    client = models.ForeignKey(
+        "clients.Client", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    # The in-app recipient as the notification stored it, however long the API allowed it.
+    user_id = models.TextField()
+    notification = models.OneToOneField(
+        "notifications.Notification", on_delete=models.CASCADE, related_name="inbox_message"
+    )
+    subject = models.TextField(blank=True, default="")
+    body = models.TextField()
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "inbox_message"
+        indexes = [
+            # A user's inbox pages, newest first, by keyset on (created_at, id): each page is
+            # read off one of these in order, all messages or the unread ones, whatever the
+            # user's history (the unread index held no order: a page of unread messages sorted
+            # every unread message of the user).
+            models.Index(fields=["client", "user_id", "-created_at", "-id"], name="inbox_by_user"),
+            models.Index(
+                fields=["client", "user_id", "-created_at", "-id"],
+                name="inbox_unread",
+                condition=Q(read_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"inbox {self.user_id}: {self.subject or self.body[:40]}"

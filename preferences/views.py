@@ -1,7 +1,8 @@
 """HTTP for a user's preferences and in-app inbox (both under /api/v1/users/{user_id}/).
 
 The inbox lives here rather than in `delivery` because clients address it by user, like the
-preferences; its rows are written by the delivery worker (delivery.models.InboxMessage).
+preferences; its table is this app's (preferences.models.InboxMessage), and the delivery
+worker writes its rows.
 """
 
 from __future__ import annotations

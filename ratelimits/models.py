@@ -25,7 +25,7 @@ class RecipientDelivery(models.Model):
     )
     # The claim that was admitted; a failed attempt's row is deleted by its finish. The primary
     # key: a claim is admitted once, and a surrogate key was one more index entry and sequence
-    # value per delivery (migration 0013).
+    # value per delivery.
     claim_token = models.UUIDField(primary_key=True)
 
     class Meta:

@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-import monitoring.repositories
+import health.repositories
 from clients.models import ClientAPIKey
-from monitoring.repositories import PacedCounts
+from health.repositories import PacedCounts
 from tests.support.browser import CHROMIUM
 from tests.support.clock import DbClock
 from tests.support.factories import ClientFactory
@@ -73,10 +73,10 @@ def _database_clock_restored(django_db_blocker):
 @pytest.fixture(autouse=True)
 def _queue_counts_read_afresh(monkeypatch):
     """/status and /metrics read their counts afresh in every test: a count is reused only
-    when it took long to read (monitoring.repositories.PacedCounts, tested on its own), and a
+    when it took long to read (health.repositories.PacedCounts, tested on its own), and a
     slow machine must not make a test see the counts of an earlier request. A clock that never
     moves makes every count take no time."""
-    monkeypatch.setattr(monitoring.repositories, "COUNTS", PacedCounts(clock=lambda: 0.0))
+    monkeypatch.setattr(health.repositories, "COUNTS", PacedCounts(clock=lambda: 0.0))
 
 
 @pytest.fixture

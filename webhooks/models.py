@@ -23,7 +23,7 @@ class DeliveryState(models.TextChoices):
 
 
 # The statuses an event reports: the final statuses the outbox trigger writes one for
-# (migration delivery 0007).
+# (webhooks/sql/functions/notification_webhook_outbox.sql).
 REPORTED_STATUSES = (Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.SUPPRESSED)
 
 
@@ -85,7 +85,7 @@ class WebhookEvent(models.Model):
             ),
         ]
         # The sender's claim, the reaper and the health counts read webhook_queue's indexes
-        # (migration 0006): here, on a table that keeps every delivered event, their entries
+        # (the queue table's): here, on a table that keeps every delivered event, their entries
         # for delivered events stayed until a VACUUM of the whole history.
         indexes = [
             # The admin's list, newest first, a page at a time however many events there are:
@@ -109,7 +109,7 @@ class WebhookQueueEntry(models.Model):
     """Every webhook event not yet final (PENDING or DELIVERING), narrow: what the sender's
     claim, the reaper and the health counts go through.
 
-    Written only by the triggers on `webhook_event` (migration 0006), in the statement that
+    Written only by the triggers on `webhook_event` (`webhook_queue_*`), in the statement that
     changes the event, under that event's row lock; never written directly. A row copies the
     event's client, state, due time, creation time and claim expiry; an event that becomes
     DELIVERED or FAILED leaves this table. So the entries a finished event leaves in the

@@ -14,7 +14,7 @@
 -- never holds another client's rows behind it. No client takes more than its share of one
 -- claim, ceil(limit / clients with a due row at that priority), while others wait.
 --
--- The statement is a PL/pgSQL function (migration delivery 0018) so that its plan is made
+-- The statement is a PL/pgSQL function (delivery/sql/functions/) so that its plan is made
 -- once per server connection, not on every call: planning was most of a claim of a row or
 -- two. The cost grows with the number of clients that have waiting rows, not with the rows
 -- or the history.
@@ -23,18 +23,18 @@ SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, 
 FROM notification_claim_due_many(%(limit)s, %(worker)s, %(claim_timeout_s)s);
 
 -- name: notification_finish
--- Applies a batch of results (migration delivery 0010 holds the statement): each result
+-- Applies a batch of results (delivery/sql/functions/notification_finish_many.sql): each result
 -- applies only to a PROCESSING row still held under the claim token it carries (a claim that
 -- expired and was taken over is left alone); its attempt is finished; a result other than
 -- SENT frees the rate-limit slot it was admitted to; an in-app delivery reaches the inbox in
 -- the same transaction; final statuses get their webhook event from the trigger on
--- notification (migration delivery 0002). A fallback switch (channel and content non-null,
+-- notification (webhooks/sql/functions/notification_webhook_outbox.sql). A fallback switch (channel and content non-null,
 -- attempt_reset true) moves the row to its next channel with its attempts reset; the finished
 -- attempt keeps the old channel. A retry or deferral carries its wait in seconds (delay_s),
 -- added to the database's clock; NULL keeps the row's due time. Each changed row is answered
 -- with whether its slot was freed (the caller then lets the next held row of that recipient
 -- go: ratelimit_release_freed). A function, so that PostgreSQL plans the statement once per
--- server connection instead of on every batch (docs/performance.md, "Seventh round").
+-- server connection instead of on every batch (docs/decisions/0003-kept-plans-in-plpgsql-functions.md).
 SELECT id, status, channel, client_id, recipient, freed_slot
 FROM notification_finish_many(
     %(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[], %(outcomes)s::text[],
@@ -145,15 +145,13 @@ ORDER BY s.relname;
 -- instead of 30,000. The plans the hot path needs tell an empty table from a full one and a
 -- few keys from many, which 3,000 rows show; the full sample of delivery_attempt and
 -- ratelimit_delivery, which grow with the history and the rate window, held the worker's loop
--- 100-240 ms at 250,000 rows, every second or two of a drain (docs/performance.md, "Fifth
--- round"). Autovacuum's own ANALYZE still takes the full sample.
+-- 100-240 ms at 250,000 rows, every second or two of a drain. Autovacuum's own ANALYZE still takes the full sample.
 SET LOCAL default_statistics_target = 10;
 
 -- The refresh's ANALYZEs skip a table whose lock another holds: autovacuum holds the same lock
 -- (SHARE UPDATE EXCLUSIVE) while it works on a table, for seconds on a large one, and an
 -- ANALYZE waiting for it held the worker's loop until autovacuum was cancelled, a deadlock
--- timeout (1 s) later: one latency repeat had p99 737 ms (docs/performance.md, "Fifteenth
--- round"). Skipped, the table is refreshed at a later check, or by autovacuum's own ANALYZE.
+-- timeout (1 s) later: one latency repeat had p99 737 ms. Skipped, the table is refreshed at a later check, or by autovacuum's own ANALYZE.
 
 -- name: analyze_notification_queue
 ANALYZE (SKIP_LOCKED) notification_queue;
@@ -169,9 +167,8 @@ ANALYZE (SKIP_LOCKED) delivery_attempt;
 -- reach them within a second of its commits). A finished row leaves its queue, deleted; its
 -- index entries stay until VACUUM removes them, and the claims step over every one: after a
 -- drain of 40,000 rows a claim of one visited 470 pages of queue_pending_client, 4 once
--- vacuumed (docs/performance.md, "Twenty-second round"); after 20,000 webhook deliveries the
--- sender's claim of one event visited 923 pages of webhook_queue, 17 once vacuumed
--- ("Twenty-third round").
+-- vacuumed; after 20,000 webhook deliveries the
+-- sender's claim of one event visited 923 pages of webhook_queue, 17 once vacuumed.
 SELECT t.name AS table, pg_stat_get_dead_tuples(t.name::regclass) AS dead,
        pg_stat_get_live_tuples(t.name::regclass) AS live
 FROM unnest(%(tables)s::text[]) AS t(name);
@@ -201,7 +198,7 @@ SET stopped_at = notifyqueue_now(), last_seen_at = notifyqueue_now(), delivered 
 WHERE worker_id = %(worker)s;
 
 -- name: worker_waiting_mark
--- The worker is about to sleep: creates notify from now on (migration delivery 0008). The
+-- The worker is about to sleep: creates notify from now on (notification_wakeup). The
 -- exclusive lock waits for every create whose wake-up trigger has run and is not yet committed
 -- (they hold it shared), so the claim the worker makes next sees their rows; it is released at
 -- this statement's commit.
@@ -212,7 +209,7 @@ WHERE worker_id = %(worker)s;
 
 -- name: worker_waiting_clear_stale
 -- The wake-up marks of workers not seen for %(seconds)s: killed outright, they cannot clear
--- their own, and the creates would notify for them for ever (migration delivery 0008).
+-- their own, and the creates would notify for them for ever (notification_wakeup).
 UPDATE worker_heartbeat
 SET waiting = false
 WHERE waiting AND last_seen_at < notifyqueue_now() - make_interval(secs => %(seconds)s);

@@ -69,8 +69,7 @@ SELECT false AS created,
 -- A row it inserted answers what the database chose (its id and times) and its JSON values as
 -- stored (jsonb rewrites numbers and key order; an empty metadata object or fallback list comes
 -- back NULL); its other columns are NULL: the caller has them, as it sent them. Decoding every
--- column of every new row back was a quarter of a batch's CPU in the API (docs/performance.md,
--- "Seventh round").
+-- column of every new row back was a quarter of a batch's CPU in the API.
 WITH clock AS (
     SELECT notifyqueue_now() AS now
 ), item AS (
@@ -180,7 +179,7 @@ RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, 
 
 -- name: client_pending_count
 -- Counts at most `limit` rows, so the cost is bounded by the limit, not by the backlog: the
--- function (migration notifications 0020) walks the client's entries in notification_queue's
+-- function (notifications/sql/functions/) walks the client's entries in notification_queue's
 -- queue_client_status (client_id, status, created_at DESC, id DESC) in the index's order and
 -- stops at the limit, with sequential and bitmap scans off, so a queue a burst has left large
 -- and nearly empty is not read whole.
@@ -252,71 +251,16 @@ SELECT count(*)
         OR n.last_retried_at IS NULL
         OR n.last_retried_at < %(retried_before)s::timestamptz);
 
--- name: notifications_prune_cutoff
--- Retention is measured on the database clock, once per run, so every batch agrees.
-SELECT notifyqueue_now() - make_interval(secs => %(older_than_s)s);
-
--- name: notifications_prune_batch
--- One step of retention: walks up to %(scan)s rows created before the cutoff, in (created_at,
--- id) order from %(after_created_at)s/%(after_id)s (the notification_recent index, read
--- backwards), and deletes those that finished before the cutoff, with every row that refers
--- to them: delivery attempts, webhook events and their delivery attempts, inbox messages and
--- rate-limit records. A row still waiting (scheduled far ahead) stays, and so does one whose
--- webhook is still being delivered. Rows another transaction holds (an operator retry) are
--- skipped, not waited for. One statement: the locks last as long as this batch's deletes.
--- tests/integration/test_prune_notifications.py checks that every foreign key to these tables is covered.
-WITH scanned AS (
-    SELECT id, created_at
-      FROM notification
-     WHERE (created_at, id) > (%(after_created_at)s, %(after_id)s)
-       AND created_at < %(cutoff)s
-     ORDER BY created_at, id
-     LIMIT %(scan)s
-), chosen AS (
-    SELECT n.id
-      FROM notification AS n
-      JOIN scanned USING (id)
-     WHERE n.status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'CANCELLED', 'SUPPRESSED')
-       AND n.updated_at < %(cutoff)s
-       AND NOT EXISTS (
-           SELECT 1
-             FROM webhook_event AS e
-            WHERE e.notification_id = n.id
-              AND e.state IN ('PENDING', 'DELIVERING'))
-       FOR UPDATE OF n SKIP LOCKED
-), events AS (
-    SELECT e.id FROM webhook_event AS e JOIN chosen ON e.notification_id = chosen.id
-), webhook_attempts_gone AS (
-    DELETE FROM webhook_delivery_attempt WHERE event_id IN (SELECT id FROM events)
-), events_gone AS (
-    DELETE FROM webhook_event WHERE id IN (SELECT id FROM events)
-), attempts_gone AS (
-    DELETE FROM delivery_attempt WHERE notification_id IN (SELECT id FROM chosen) RETURNING 1
-), inbox_gone AS (
-    DELETE FROM inbox_message WHERE notification_id IN (SELECT id FROM chosen)
-), rate_records_gone AS (
-    DELETE FROM ratelimit_delivery WHERE notification_id IN (SELECT id FROM chosen)
-), gone AS (
-    DELETE FROM notification WHERE id IN (SELECT id FROM chosen) RETURNING 1
-), last AS (
-    SELECT created_at, id FROM scanned ORDER BY created_at DESC, id DESC LIMIT 1
-)
-SELECT (SELECT count(*) FROM scanned) AS scanned,
-       (SELECT count(*) FROM gone) AS deleted,
-       (SELECT count(*) FROM attempts_gone) AS attempts_deleted,
-       (SELECT created_at FROM last) AS last_created_at,
-       (SELECT id FROM last) AS last_id;
-
 -- name: notification_create_checked
 -- A create with its API key checked by the same statement: the thin create path
 -- (notifications/ingest.py) sends it for a key this process has authenticated before. The
--- function (migration notifications 0012) inserts the row only while the key with this prefix
+-- function (notifications/sql/functions/) inserts the row only while the key with this prefix
 -- and hash is still the client's, unrevoked and unexpired (database clock); a key the client
 -- already used inserts nothing either. Either way nothing is returned and the caller goes the
 -- long way (the key looked up on its own, then notification_create, which answers a replay).
 -- A function, so that PostgreSQL plans the insert once per server connection instead of on
 -- every create (0.3 ms, docs/performance.md). Answers only what the database chose or
--- rewrote (notifications/repositories.py, `_CHOSEN_COLUMNS`; migration 0022): the row's id
+-- rewrote (notifications/repositories.py, `_CHOSEN_COLUMNS`): the row's id
 -- and times, and its JSON values as stored (an empty metadata object or fallback list NULL);
 -- the caller has the rest, as it sent them.
 SELECT *
@@ -330,6 +274,6 @@ SELECT *
 -- name: notifications_create_checked_many
 -- Several single creates, gathered while another create statement of this process ran
 -- (notifications/repositories.py, `CreateCombiner`), each with its API key checked as
--- notification_create_checked checks it (migration notifications 0016). Each row answers its
+-- notification_create_checked checks it (notifications/sql/functions/). Each row answers its
 -- client and key, then `_CHOSEN_COLUMNS`; an item that inserted nothing answers nothing.
 SELECT * FROM notifications_create_checked_many(%(items)s::jsonb);

@@ -60,7 +60,7 @@ def test_a_create_is_one_statement_once_its_key_is_known(api, settings):
     with statements_sent() as sent:
         assert create(api, "k-1").status_code == 201
     assert len(sent) == 1, sent
-    # The function that checks the key and inserts (migration notifications 0012).
+    # The function that checks the key and inserts (notifications/sql/functions/).
     assert "FROM notification_create_checked(" in sent[0]
 
 

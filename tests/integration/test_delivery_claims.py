@@ -214,7 +214,7 @@ def function_statement(cursor, function: str) -> tuple[str, list[str]]:
 
 
 def claim_plan(cursor) -> str:
-    """The plan the claim keeps for a connection (migration delivery 0018): the function's
+    """The plan the claim keeps for a connection (`notification_claim_due_many`): the function's
     statement prepared under the function's own settings and explained as PostgreSQL's
     generic plan, the one PL/pgSQL keeps, without costs (they are not what is compared)."""
     statement, settings = function_statement(cursor, "notification_claim_due_many")
@@ -261,7 +261,7 @@ def test_claim_plan_reads_the_partial_pending_index():
 
 @pytest.mark.django_db
 def test_a_new_session_of_the_database_compiles_no_statement(database_url):
-    """JIT compilation is off for the service's database (migration delivery 0015): after a
+    """JIT compilation is off for the service's database (delivery 0002_functions): after a
     drained backlog the claim's estimated cost passed `jit_above_cost`, and a server built with
     LLVM compiled every claim, 52 ms for a statement that ran in 3. The setting is the
     database's, so every new session has it, whoever opens it."""
@@ -400,7 +400,7 @@ def test_the_finish_uses_its_kept_plan_from_a_connections_first_call():
     was PROCESSING (as they always are: a claim lasts milliseconds); on a table of 2,500 rows
     they walked all of it for a claim of 250 and rescanned the claim's results for each row
     (1,600,000 instructions a row against 134,000: bench/pg_instructions.py --statement turn).
-    The kept plan is the only one (migration delivery 0017) once the record's statistics count
+    The kept plan is the only one (force_generic_plan) once the record's statistics count
     10,000 rows (0019); the test below holds both regimes to what they read."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT proconfig FROM pg_proc WHERE proname = 'notification_finish_many'")
@@ -472,7 +472,7 @@ def test_the_claim_uses_its_kept_plan_from_a_connections_first_call():
     """Planned on every call, a claim of one row spent 3.6 of its 4.6 million instructions
     parsing and planning (bench/pg_instructions.py --statement turn --batch-size 1). The claim
     is a PL/pgSQL function whose generic plan is the only one once the record's statistics
-    count 10,000 rows (migration delivery 0018), with every plan step that could read a table
+    count 10,000 rows, with every plan step that could read a table
     or an index whole turned off."""
     with connection.cursor() as cursor:
         cursor.execute(

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from delivery.models import InboxMessage
+from preferences.models import InboxMessage
 from tests.integration.test_worker import drain
 from tests.support.delivery_helpers import FakeClock, worker_build
 from tests.support.factories import NotificationFactory

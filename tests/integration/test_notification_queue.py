@@ -199,7 +199,7 @@ def test_the_list_by_each_status_is_the_records_own_filter():
 
 def test_a_truncate_of_the_record_empties_the_queue():
     """TRUNCATE fires no DELETE trigger; without its own, the queue kept the truncated rows,
-    which the backlog check counted against the client's cap (migration notifications 0023)."""
+    which the backlog check counted against the client's cap (`notification_queue_truncated`)."""
     client = ClientFactory()
     notifications_insert_bulk(client_id=client.id, count=5, status="PENDING")
     assert len(queue_rows()) == 5
@@ -299,7 +299,7 @@ def test_after_a_burst_has_left_the_queue_the_backlog_count_reads_only_its_clien
 ):
     """The API's backlog count (at most every 2 s per client and API process) in the same
     state, with four clients' rows waiting: from 2 rows up in the planner's count for the
-    queue, it sorted a read of the whole table (migration notifications 0020)."""
+    queue, it sorted a read of the whole table (`notification_client_pending_count`)."""
     client = ClientFactory()
     burst_drained(client)
     for waiting_client in (client, ClientFactory(), ClientFactory(), ClientFactory()):

@@ -91,7 +91,7 @@ def test_insert_many_of_nothing_runs_no_statement():
 @pytest.mark.django_db
 def test_the_checked_create_answers_what_the_database_chose_in_order():
     # Read by position (_insert_checked): the columns _record_created takes, in its order,
-    # are the function's answer (migration 0022). A key that is not the client's: no row.
+    # are the function's answer. A key that is not the client's: no row.
     params = dict.fromkeys(re.findall(r"%\((\w+)\)s", QUERIES["notification_create_checked"]), None)
     params.update(client_id=ClientFactory().id, idempotency_key="k-1", key_prefix="none")
     with connection.cursor() as cursor:

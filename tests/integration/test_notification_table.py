@@ -47,7 +47,7 @@ def test_an_insert_breaking_a_column_rule_is_refused(column, value):
 
 
 def test_each_domain_admits_every_value_the_models_name():
-    """The one-column rules are domains' CHECKs written out by migration 0021, and Django does
+    """The one-column rules are domains' CHECKs written out by a migration, and Django does
     not compare them with the models (a field's choices make no constraint, and `DomainColumn`
     makes none): a status, channel or priority added to the models without a migration would
     be refused by the database on its first write. Every value the models name is admitted;
@@ -67,7 +67,7 @@ def test_each_domain_admits_every_value_the_models_name():
 
 
 def test_the_table_checks_only_rules_between_columns():
-    """A rule on one column is its domain's (migration 0021): PostgreSQL prepares a table's
+    """A rule on one column is its domain's: PostgreSQL prepares a table's
     CHECKs again for every statement that writes the table, a domain's once per connection."""
     with connection.cursor() as cursor:
         cursor.execute(

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from delivery.models import DeliveryAttempt, InboxMessage, Outcome, SimulatedProviderMessage
+from delivery.models import DeliveryAttempt, Outcome, SimulatedProviderMessage
 from notifications.models import Notification, Status
+from preferences.models import InboxMessage
 from tests.integration.test_worker import drain
 from tests.support.delivery_helpers import FakeClock, worker_build
 from webhooks.models import WebhookEvent

@@ -12,9 +12,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from delivery.models import DeliveryAttempt, InboxMessage
+from delivery.models import DeliveryAttempt
+from delivery.repositories import RETENTION_SQL as QUERIES
 from notifications.models import Notification, Status
-from notifications.repositories import QUERIES
+from preferences.models import InboxMessage
 from ratelimits.models import RecipientDelivery
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.webhook_factories import WebhookEventFactory

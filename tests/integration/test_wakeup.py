@@ -1,4 +1,4 @@
-"""Wake-ups only while a worker waits (migration delivery 0008).
+"""Wake-ups only while a worker waits (delivery/sql/functions/notification_wakeup.sql).
 
 A create notifies `notifyqueue_due` at its commit only while some worker's heartbeat row is
 marked waiting; a worker marks it before it sleeps and claims once more, and the mark waits for

@@ -517,7 +517,7 @@ def test_the_fair_claims_cost_does_not_grow_with_the_backlog_or_history():
 
 
 def test_one_statement_changing_many_rows_queues_an_event_for_each_row_that_became_final():
-    # The outbox trigger runs once per statement (migration delivery 0007): within one UPDATE
+    # The outbox trigger runs once per statement: within one UPDATE
     # it must still pick exactly the rows whose status changed to a reported final status, of
     # clients with a webhook URL.
     hooked = ClientFactory(webhook_url="https://hooks.example.com/notify")
@@ -564,7 +564,7 @@ def test_one_statement_finishing_more_rows_than_work_mem_holds_queues_them_in_li
     statement's row count, and kept. A session whose first such statement changed more rows
     than that (about 150,000 at the default 4 MB) compared every new row with every old one:
     200,000 rows marked SENT in one UPDATE ran for over ten minutes. The trigger now plans with
-    `work_mem` of its own (migration delivery 0016); here the session's is at PostgreSQL's
+    `work_mem` of its own (a `SET` clause of the function); here the session's is at PostgreSQL's
     minimum, so 30,000 rows are well past it: before the change the UPDATE was still running at
     the 60 s timeout; after it, the whole test took 2.6 s."""
     hooked = ClientFactory(webhook_url="https://hooks.example.com/notify")
@@ -580,7 +580,7 @@ def test_one_statement_finishing_more_rows_than_work_mem_holds_queues_them_in_li
 def test_every_kind_of_write_keeps_the_webhook_queue_equal_to_the_events_not_final(
     receiver, hooked, webhook_settings
 ):
-    """webhook_queue is written only by the triggers on webhook_event (migration 0006): after
+    """webhook_queue is written only by the triggers on webhook_event (`webhook_queue_*`): after
     the outbox's insert, a claim, each kind of finish, the reaper, a redelivery, an operator's
     update and retention's delete it holds exactly the PENDING and DELIVERING events."""
     webhook_settings.NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS = 2
@@ -641,7 +641,7 @@ def test_every_kind_of_write_keeps_the_webhook_queue_equal_to_the_events_not_fin
 def test_a_truncate_of_the_events_empties_the_webhook_queue(receiver, hooked):
     """TRUNCATE fires no DELETE trigger; without its own, the queue kept the truncated events,
     and those DELIVERING went on filling their client's share of the senders, so its next
-    events were never claimed (migration webhooks 0007)."""
+    events were never claimed (`webhook_queue_truncated`)."""
     for _ in range(4):
         event_for(hooked)
     assert len(claim()) == 4  # the client's whole share, in flight

@@ -13,10 +13,11 @@ import pytest
 from django.db import connections, transaction
 from django.utils import timezone
 
-from delivery.models import DeliveryAttempt, InboxMessage, Outcome, SimulatedProviderMessage
+from delivery.models import DeliveryAttempt, Outcome, SimulatedProviderMessage
 from delivery.repositories import DeliveryRepository
 from delivery.services import RetryPolicy
 from notifications.models import Channel, Notification, Status
+from preferences.models import InboxMessage
 from tests.support.delivery_helpers import FakeClock, simulated_providers, worker_build
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.races import run_in_threads

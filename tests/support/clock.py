@@ -1,10 +1,11 @@
 """Moving time from the database side, as every process sees it.
 
 The service decides due times, claim expiry, reaping and rate windows with the SQL function
-`notifyqueue_now()` (migration notifications 0005). `DbClock` replaces that function with one
-that returns a time the test sets, so every connection and every worker process (whatever its
-own clock says) sees the same frozen, hand-moved time. `restore()` puts the real clock back;
-the autouse fixture in conftest.py does it after every test that made one.
+`notifyqueue_now()` (notifyqueue/sql/functions/notifyqueue_now.sql). `DbClock` replaces that
+function with one that returns a time the test sets, so every connection and every worker
+process (whatever its own clock says) sees the same frozen, hand-moved time. `restore()` puts
+the real clock back by running that file again; the autouse fixture in conftest.py does it
+after every test that made one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from datetime import datetime, timedelta
 
 from django.db import connection
 
-REAL = "SELECT statement_timestamp()"
+from notifyqueue.sqlfile import database_object_path
+
+REAL = database_object_path("notifyqueue/sql/functions/notifyqueue_now.sql")
 
 
 def _install(body: str) -> None:
@@ -60,5 +63,6 @@ class DbClock:
 
     @staticmethod
     def restore() -> None:
-        _install(REAL)
+        with connection.cursor() as cursor:
+            cursor.execute(REAL.read_text())
         DbClock.installed = False

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from monitoring.repositories import CircuitReading, DatabaseUnavailable, Liveness, QueueSnapshot
-from monitoring.services import StatusThresholds, status_report
+from health.repositories import CircuitReading, DatabaseUnavailable, Liveness, QueueSnapshot
+from health.services import StatusThresholds, status_report
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 THRESHOLDS = StatusThresholds(worker_live_window_s=15, max_overdue_s=2)

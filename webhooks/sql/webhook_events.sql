@@ -18,7 +18,7 @@ SET LOCAL enable_incremental_sort = off;
 -- claim's expiry use the database clock, notifyqueue_now().
 --
 -- Cost grows with neither the backlog nor the history: it reads webhook_queue, which holds only
--- the events not yet final (migration 0006). `clients` walks the distinct clients with PENDING
+-- the events not yet final (its triggers: webhooks/sql/functions/). `clients` walks the distinct clients with PENDING
 -- events by skipping through the index webhook_queue_client_due (one index probe per client,
 -- however many events each has), and each client then reads at most %(per_client)s due rows
 -- from the same index and counts its DELIVERING rows in webhook_queue_client_busy. The chosen

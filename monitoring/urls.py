@@ -1,8 +1,0 @@
-from django.urls import path
-
-from monitoring.views import metrics_view, status_view
-
-urlpatterns = [
-    path("status", status_view, name="status"),
-    path("metrics", metrics_view, name="metrics"),
-]

@@ -1,0 +1,13 @@
+-- notification_queue holds every notification not SENT. These statement-level triggers keep it
+-- equal to the record, whatever statement writes the record, at one call per statement.
+CREATE OR REPLACE FUNCTION notification_queue_inserted()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO notification_queue (id, client_id, status, priority, channel, due_at, created_at, claim_expires_at, recipient_digest)
+    SELECT id, client_id, status, priority, channel, due_at, created_at, claim_expires_at, CASE WHEN status = 'PENDING' THEN md5(recipient)::uuid END FROM inserted WHERE status <> 'SENT';
+    RETURN NULL;
+END $function$;
+
+CREATE OR REPLACE TRIGGER notification_queue_inserted AFTER INSERT ON notification REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION notification_queue_inserted();

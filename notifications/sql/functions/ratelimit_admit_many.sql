@@ -1,0 +1,92 @@
+-- The admission: for each claimed row, lock its key (advisory, in one global order so callers
+-- never deadlock), forget deliveries that left the window, and record a delivery if the key has
+-- a slot (CRITICAL: always). It reads notification (held rows), so it is this app's.
+CREATE OR REPLACE FUNCTION ratelimit_admit_many(p_channels text[], p_clients uuid[], p_recipients text[], p_notifications uuid[], p_claims uuid[], p_criticals boolean[], p_limit integer, p_window_s double precision)
+ RETURNS TABLE(notification_id uuid, admitted boolean)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+ SET enable_memoize TO 'off'
+AS $function$
+DECLARE
+    at_now timestamptz := notifyqueue_now();
+    window_start timestamptz := at_now - make_interval(secs => p_window_s);
+    keys bytea[];
+BEGIN
+    SELECT array_agg(ratelimit_key(c.channel, c.client_id, c.recipient) ORDER BY c.n)
+    INTO keys
+    FROM unnest(p_channels, p_clients, p_recipients) WITH ORDINALITY
+         AS c(channel, client_id, recipient, n);
+
+    -- One global order (the lock id), so concurrent claims cannot deadlock. CRITICAL rows are
+    -- never held back, so they need no lock; their keys are locked anyway when a non-CRITICAL
+    -- row of the claim shares them.
+    PERFORM pg_advisory_xact_lock(l.lock_id)
+    FROM (
+        SELECT DISTINCT hashtextextended(encode(k.key, 'hex'), 1870) AS lock_id
+        FROM unnest(keys, p_criticals) AS k(key, critical)
+        WHERE NOT k.critical
+        ORDER BY 1
+    ) AS l;
+
+    DELETE FROM ratelimit_delivery AS d
+    USING (SELECT DISTINCT k.key FROM unnest(keys) AS k(key)) AS k
+    WHERE (d.key, d.at) BETWEEN (k.key, '-infinity'::timestamptz) AND (k.key, window_start);
+
+    RETURN QUERY
+    WITH claimed AS (
+        SELECT c.id, c.claim_token, c.critical, c.key,
+               row_number() OVER (PARTITION BY c.key ORDER BY c.id) AS nth
+        FROM unnest(p_notifications, p_claims, p_criticals, keys)
+             AS c(id, claim_token, critical, key)
+    ), decided AS (
+        -- The rows before this one in the claim were admitted unless the window was already
+        -- full before them, in which case it is full for this one too: so this row sees
+        -- in_window + (nth - 1) deliveries. One probe of ratelimit_key_at per row, never the
+        -- whole window table, and no join between the claim's rows (with hash joins off, a
+        -- join of the rows to their keys' counts compared every row with every key).
+        SELECT cl.id, cl.claim_token, cl.key,
+               cl.critical OR w.in_window + cl.nth - 1 < p_limit AS admitted
+        FROM claimed AS cl
+        CROSS JOIN LATERAL (
+            -- At most p_limit deliveries: any count from there up gives the same verdict.
+            SELECT count(*) AS in_window
+            FROM (SELECT FROM ratelimit_delivery AS d
+                  WHERE (d.key, d.at) > (cl.key, window_start)
+                    AND (d.key, d.at) <= (cl.key, 'infinity'::timestamptz)
+                  LIMIT p_limit) AS counted
+        ) AS w
+    ), recorded AS (
+        INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token)
+        SELECT de.key, at_now, de.id, de.claim_token FROM decided AS de WHERE de.admitted
+    )
+    SELECT de.id, de.admitted FROM decided AS de;
+
+    -- A slot is still free after a key's last row of the claim (a non-CRITICAL one: a CRITICAL
+    -- cannot tell): the next row a deferral holds back for that key may go now.
+    PERFORM ratelimit_release_next(held.channel, held.client_id, held.recipient, held.id)
+    FROM (
+        SELECT last.*
+        FROM (
+            SELECT DISTINCT ON (c.key) c.key, c.channel, c.client_id, c.recipient, c.id,
+                   c.critical
+            FROM unnest(p_channels, p_clients, p_recipients, p_notifications, p_criticals, keys)
+                 AS c(channel, client_id, recipient, id, critical, key)
+            ORDER BY c.key, c.id DESC
+        ) AS last
+        WHERE NOT last.critical
+          -- Only a key with a held row has anything to release (notification_rate_held).
+          AND EXISTS (SELECT 1 FROM notification AS w
+                      WHERE md5(w.recipient)::uuid = md5(last.recipient)::uuid
+                        AND w.recipient = last.recipient AND w.rate_deferred_from IS NOT NULL)
+        -- Kept apart from the count below, which then runs only for the keys found here.
+        OFFSET 0
+    ) AS held
+    WHERE (SELECT count(*) FROM (SELECT FROM ratelimit_delivery AS d
+                                 WHERE (d.key, d.at) > (held.key, window_start)
+                                   AND (d.key, d.at) <= (held.key, 'infinity'::timestamptz)
+                                 LIMIT p_limit) AS counted) < p_limit;
+END $function$;

@@ -1,0 +1,28 @@
+-- A slot of this key is free: the next row a deferral holds back (rate_deferred_from) becomes due
+-- now. It moves notifications, so it is this app's, not ratelimits'.
+CREATE OR REPLACE FUNCTION ratelimit_release_next(p_channel text, p_client uuid, p_recipient text, p_except uuid)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    held uuid;
+BEGIN
+    -- Look first, update only what was found: an UPDATE opens every index of the table even
+    -- when it changes nothing, and most keys have no held row.
+    SELECT w.id INTO held
+    FROM notification AS w
+    WHERE md5(w.recipient)::uuid = md5(p_recipient)::uuid AND w.recipient = p_recipient
+      AND (CASE WHEN p_channel = 'in_app' THEN w.channel = 'in_app' AND w.client_id = p_client
+                ELSE w.channel <> 'in_app' END)
+      AND w.status = 'PENDING' AND w.rate_deferred_from IS NOT NULL
+      AND w.due_at > notifyqueue_now() AND w.id <> p_except
+    ORDER BY w.priority, w.created_at, w.id
+    LIMIT 1;
+    IF held IS NOT NULL THEN
+        UPDATE notification AS n
+        SET due_at = greatest(n.rate_deferred_from, notifyqueue_now()),
+            rate_deferred_from = NULL,
+            updated_at = notifyqueue_now()
+        WHERE n.id = held AND n.status = 'PENDING' AND n.rate_deferred_from IS NOT NULL;
+    END IF;
+END $function$;
