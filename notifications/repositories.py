@@ -43,6 +43,7 @@ from django.db.models.expressions import RawSQL
 from notifications.models import QUEUED_STATUSES, Notification, Priority, Status, recipient_is
 from notifyqueue.errors import InvalidRequest
 from notifyqueue.sqlgateway import Queries
+from notifyqueue.vocabulary import Channel
 
 SQL_FILE = Path(__file__).resolve().parent / "sql" / "notifications.sql"
 JSON_COLUMNS = ("metadata", "payload", "fallback_channels")
@@ -753,6 +754,7 @@ class NotificationRepository:
             after_created_at=after.created_at,
             after_id=after.id,
             scan=scan,
+            channels=list(Channel.values),
         )
         position = (
             None
