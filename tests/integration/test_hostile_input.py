@@ -432,3 +432,44 @@ def test_a_key_utf8_cannot_hold_is_answered_escaped(http, path):
         http.generic(method, path, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="k")
     )
     assert "a\\ud800" in error["fields"]
+
+
+HOSTILE_SEGMENTS = [
+    "x",
+    "0",
+    "-1",
+    "00000000-0000-0000-0000-000000000000",
+    "%ED%A0%80",  # the UTF-8 bytes of a lone surrogate, which are not UTF-8
+    "%FF%FE",
+    "%E2%80%A8",  # U+2028
+    "%0B%0C%1C%85",
+    "..%2F..%2Fetc",
+    "a" * 300,
+    "%F0%9F%98%80",
+    "1e999",
+    "NaN",
+]
+
+
+@pytest.mark.parametrize("segment", HOSTILE_SEGMENTS)
+def test_hostile_path_segments_and_query_values_are_answered(http, segment):
+    requests = [
+        ("GET", f"{URL}/{segment}"),
+        ("POST", f"{URL}/{segment}/cancel"),
+        ("POST", f"{URL}/{segment}/retry"),
+        ("GET", f"{URL}/{segment}/attempts"),
+        ("GET", f"/api/v1/users/{segment}/preferences"),
+        ("GET", f"/api/v1/users/{segment}/inbox"),
+        ("POST", f"/api/v1/users/u-1/inbox/{segment}/read"),
+        ("GET", f"/api/v1/templates/{segment}/email"),
+        ("GET", f"/api/v1/templates/welcome/{segment}"),
+    ]
+    for name in ("status", "channel", "recipient", "priority", "cursor", "page_size"):
+        requests.append(("GET", f"{URL}?{name}={segment}"))
+    for name in ("unread", "cursor", "page_size"):
+        requests.append(("GET", f"/api/v1/users/u-1/inbox?{name}={segment}"))
+    for method, path in requests:
+        answer = http.generic(method, path)
+        assert answer.status_code < 500, (method, path, answer.content[:200])
+        if answer.status_code >= 400:
+            error_of(answer, answer.status_code)
