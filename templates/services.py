@@ -142,7 +142,7 @@ def template_parse(text: str, *, field: str = "body") -> tuple[Part, ...]:
         position = match.end()
     literal.append(text[position:])
     parts.append("".join(literal))
-    return tuple(part for part in parts if part != "")
+    return tuple(part for part in parts if isinstance(part, Slot) or part)
 
 
 def template_placeholders(template: TemplateRecord) -> list[str]:
@@ -159,18 +159,15 @@ def template_render(template: TemplateRecord, payload: Mapping[str, Any]) -> Ren
     in time linear in the template and the payload, whatever it would have expanded to."""
     subject_parts = template_parse(template.subject, field="subject")
     body_parts = template_parse(template.body)
-    missing = sorted(
-        {p.name for p in subject_parts + body_parts if isinstance(p, Slot)} - payload.keys()
-    )
+    # Each slot's name once, in the template's order (so an error names the first bad one).
+    subject_names = dict.fromkeys(p.name for p in subject_parts if isinstance(p, Slot))
+    body_names = dict.fromkeys(p.name for p in body_parts if isinstance(p, Slot))
+    missing = sorted((subject_names.keys() | body_names.keys()) - payload.keys())
     if missing:
         raise MissingPlaceholders(event=template.event, channel=template.channel, missing=missing)
     escape = _subject_escape(template.channel)
-    subject_values = {
-        p.name: escape(_text(p.name, payload[p.name])) for p in subject_parts if isinstance(p, Slot)
-    }
-    body_values = {
-        p.name: _text(p.name, payload[p.name]) for p in body_parts if isinstance(p, Slot)
-    }
+    subject_values = {name: escape(_text(name, payload[name])) for name in subject_names}
+    body_values = {name: _text(name, payload[name]) for name in body_names}
     subject_length = _rendered_size(subject_parts, subject_values, len)
     if subject_length > SUBJECT_MAX_LENGTH:
         message = (
