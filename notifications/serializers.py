@@ -27,6 +27,7 @@ from notifyqueue.serializers import (
     CURSOR_MAX_LENGTH,
     ErrorDetail,
     RejectUnknownFieldsMixin,
+    TextField,
 )
 from notifyqueue.vocabulary import (
     EMAIL_MAX_LENGTH,
@@ -186,14 +187,14 @@ class StrictIntegerField(serializers.IntegerField):
 
 class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
-    recipient = serializers.CharField(
+    recipient = TextField(
         required=False,
         max_length=RECIPIENT_MAX_LENGTH,
         help_text=f"email: an address of at most {EMAIL_MAX_LENGTH} characters; sms: E.164 "
         f"(+ and 7 to 15 digits); push: a device token of 8 to {RECIPIENT_MAX_LENGTH} "
         f"printable characters; in_app: your user id, 1 to {USER_ID_MAX_LENGTH} characters.",
     )
-    subject = serializers.CharField(
+    subject = TextField(
         required=False,
         allow_blank=True,
         trim_whitespace=False,
@@ -201,7 +202,7 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text=f"At most {SUBJECT_MAX_LENGTH} characters; for email one line (no control "
         "character but tab, no line separator).",
     )
-    body = serializers.CharField(
+    body = TextField(
         required=False,
         trim_whitespace=False,
         max_length=MAX_BODY_BYTES,
@@ -228,7 +229,7 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text=f"Any JSON object of at most {METADATA_MAX_BYTES} bytes and "
         f"{JSON_FIELD_MAX_DEPTH} levels; echoed back.",
     )
-    template = serializers.CharField(
+    template = TextField(
         required=False,
         max_length=EVENT_MAX_LENGTH,
         help_text="An event name (at most 255 characters): renders your template for "
@@ -240,7 +241,7 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text=f"Fills the template's slots. At most {PAYLOAD_MAX_BYTES} bytes and "
         f"{JSON_FIELD_MAX_DEPTH} levels.",
     )
-    user_id = serializers.CharField(
+    user_id = TextField(
         required=False,
         max_length=USER_ID_MAX_LENGTH,
         help_text="Preference mode (with template and payload, without channel and "
@@ -329,7 +330,7 @@ def validate_idempotency_key(value: str) -> str:
 
 
 class BatchItemInput(NotificationCreateInput):
-    idempotency_key = serializers.CharField(
+    idempotency_key = TextField(
         trim_whitespace=False,
         allow_blank=True,
         validators=[validate_idempotency_key],
@@ -346,7 +347,7 @@ class BatchInput(RejectUnknownFieldsMixin, serializers.Serializer):
 class NotificationListFilters(RejectUnknownFieldsMixin, serializers.Serializer):
     status = CaseInsensitiveChoiceField(choices=Status.values, required=False)
     channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
-    recipient = serializers.CharField(required=False, max_length=RECIPIENT_MAX_LENGTH)
+    recipient = TextField(required=False, max_length=RECIPIENT_MAX_LENGTH)
     priority = PriorityField(required=False)
     cursor = serializers.CharField(
         required=False, max_length=CURSOR_MAX_LENGTH, help_text="From `next` or `previous`."

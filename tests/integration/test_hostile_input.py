@@ -473,3 +473,52 @@ def test_hostile_path_segments_and_query_values_are_answered(http, segment):
         assert answer.status_code < 500, (method, path, answer.content[:200])
         if answer.status_code >= 400:
             error_of(answer, answer.status_code)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999", '"a\\ud800"'])
+def test_json_literals_no_database_can_hold_in_every_create_field_are_answered(http, literal):
+    """NaN, Infinity and 1e999 (which Python's parser reads, though they are not JSON) and a
+    lone surrogate, in each field: a 400, single or in a batch; nothing stored."""
+    assert put_template(http, "welcome", "email", "Hi {name}", "Hello {name}").status_code == 201
+    for index, field in enumerate(CREATE_FIELDS):
+        if field in ("payload", "user_id"):
+            base = {"channel": "email", "recipient": "ada@example.com", "template": "welcome"}
+        else:
+            base = {"channel": "email", "recipient": "ada@example.com", "body": "b"}
+        fields = ", ".join(f'"{k}": "{v}"' for k, v in base.items() if k != field)
+        document = f'{{{fields}, "{field}": {literal}}}'
+        status = assert_answered(create_raw(http, document, key=f"k-{index}"))
+        assert status == 400, (field, literal)
+        item = f'{{{fields}, "{field}": {literal}, "idempotency_key": "i-{index}"}}'
+        batch = http.generic(
+            "POST",
+            f"{URL}/batch",
+            f'{{"notifications": [{item}]}}',
+            content_type="application/json",
+        )
+        assert_answered(batch)
+        assert batch.json()["results"][0]["status"] == 400, (field, literal)
+    assert not Notification.objects.exists()
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "1e999", '"a\\ud800"'])
+def test_json_literals_no_database_can_hold_in_templates_and_preferences_are_a_400(http, literal):
+    for field in ("subject", "body"):
+        other = "body" if field == "subject" else "subject"
+        answer = http.generic(
+            "PUT",
+            "/api/v1/templates/welcome/email",
+            f'{{"{other}": "x", "{field}": {literal}}}',
+            content_type="application/json",
+        )
+        assert field in error_of(answer)["fields"]
+    channels = '"channels": ["email"], "disabled_channels": []'
+    for document in (
+        f'{{{channels}, "addresses": {{"email": {literal}}}, "muted_events": []}}',
+        f'{{{channels}, "addresses": {{}}, "muted_events": [{literal}]}}',
+    ):
+        answer = http.generic(
+            "PUT", "/api/v1/users/u-1/preferences", document, content_type="application/json"
+        )
+        error_of(answer)
+    assert not MessageTemplate.objects.exists() and not UserPreferences.objects.exists()
