@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,6 +31,7 @@ from notifyqueue.serializers import (
 from notifyqueue.vocabulary import (
     EMAIL_MAX_LENGTH,
     HEADER_BREAKS,
+    LONE_SURROGATE,
     MAX_BODY_BYTES,
     RECIPIENT_MAX_LENGTH,
     USER_ID_MAX_LENGTH,
@@ -50,7 +50,6 @@ SEND_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 METADATA_MAX_BYTES = 16 * 1024
 PAYLOAD_MAX_BYTES = 64 * 1024
 JSON_FIELD_MAX_DEPTH = 8
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_MESSAGE = "Text must be valid Unicode: no lone surrogates (\\ud800-\\udfff)."
 
 
@@ -163,13 +162,13 @@ def json_unstorable(value: Any) -> str | None:
         item = pending.pop()
         if isinstance(item, dict):
             for key, child in item.items():
-                if not key.isascii() and _SURROGATE.search(key):
+                if not key.isascii() and LONE_SURROGATE.search(key):
                     return _SURROGATE_MESSAGE
                 pending.append(child)
         elif isinstance(item, list):
             pending.extend(item)
         elif isinstance(item, str):
-            if not item.isascii() and _SURROGATE.search(item):
+            if not item.isascii() and LONE_SURROGATE.search(item):
                 return _SURROGATE_MESSAGE
         elif isinstance(item, float) and not math.isfinite(item):
             return "Numbers must be finite: no NaN, Infinity or values past 1.8e308."

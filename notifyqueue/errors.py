@@ -8,7 +8,6 @@ exception) reach Django's error handlers, which answer in the same format under 
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Any
 
@@ -20,8 +19,9 @@ from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from notifyqueue.vocabulary import LONE_SURROGATE
+
 API_PREFIX = "/api/"
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class DomainError(Exception):
@@ -61,7 +61,7 @@ def error_body(code: str, message: str, fields: dict[str, Any] | None = None) ->
 
 def _encodable(value: Any) -> Any:
     if isinstance(value, str):
-        if value.isascii() or _SURROGATE.search(value) is None:
+        if value.isascii() or LONE_SURROGATE.search(value) is None:
             return value
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, dict):

@@ -26,6 +26,8 @@ PUSH_TOKEN = re.compile(rf"[\x21-\x7e]{{8,{RECIPIENT_MAX_LENGTH}}}")
 # package and str.splitlines() treat as line ends) and the Unicode line and paragraph
 # separators. Any of them could end the header and start another.
 HEADER_BREAKS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+# A lone surrogate: JSON can carry one (a `\ud800` escape), UTF-8 and PostgreSQL cannot.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _email_validator = EmailValidator()
 
 
