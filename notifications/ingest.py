@@ -29,7 +29,6 @@ but metadata and payload, which are checked to 8 levels), under the parser's 32.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +60,7 @@ from notifications.serializers import (
 from notifyqueue.errors import DomainError, api_exception_handler, error_body
 from notifyqueue.parsers import JSON_MAX_DEPTH
 from notifyqueue.vocabulary import (
+    LONE_SURROGATE,
     MAX_BODY_BYTES,
     RECIPIENT_MAX_LENGTH,
     USER_ID_MAX_LENGTH,
@@ -80,7 +80,6 @@ _JSON_TYPES = frozenset(
 # Accept values that DRF's negotiation answers with plain `application/json` (no parameters).
 _ACCEPT_JSON = frozenset({"", "*/*", "application/json"})
 _NUL_ESCAPE = b"\\u0000"
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _INVALID = object()
 _RENDERER = JSONRenderer()
 
@@ -103,7 +102,7 @@ def _text(*, max_length: int, trim: bool, allow_blank: bool) -> Callable[[Any], 
             return "" if allow_blank else _INVALID
         if len(value) > max_length:
             return _INVALID
-        if not value.isascii() and _SURROGATE.search(value):
+        if not value.isascii() and LONE_SURROGATE.search(value):
             return _INVALID
         return value
 
