@@ -52,6 +52,10 @@ def recipient_problem(channel: str, recipient: str) -> str | None:
     if channel == Channel.EMAIL:
         if len(recipient) > EMAIL_MAX_LENGTH:
             return f"An email address is at most {EMAIL_MAX_LENGTH} characters."
+        # Django's validator takes some control characters in a quoted local part, and the
+        # mail package would end the To: line at one of them.
+        if HEADER_BREAKS.search(recipient):
+            return "Not a valid email address."
         try:
             _email_validator(recipient)
         except DjangoValidationError:

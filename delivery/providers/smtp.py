@@ -4,8 +4,8 @@ The Message-ID is derived from the notification, so a resend after a crash is re
 as the same message by the receiving side.
 
 What counts as whose fault (the circuit breaker counts only TemporaryFailure):
-- the message itself cannot be sent (a control character or line separator in the subject,
-  CR/LF in the recipient, text that cannot be encoded, an address the backend rejects before
+- the message itself cannot be sent (a control character or line separator in the subject
+  or the recipient, text that cannot be encoded, an address the backend rejects before
   talking to the server, no recipient, or any other exception while the message is built):
   PermanentFailure of that one notification. Sending it again cannot help, and it says
   nothing about the server, so it never opens the shared `email:smtp` circuit;
@@ -115,7 +115,7 @@ class SmtpProvider:
     def _send(self, message: Message, deadline: SocketDeadline) -> ProviderResult:
         message_id = self.message_id(message)
         connection = self._connection(deadline)
-        if HEADER_BREAKS.search(message.subject):
+        if HEADER_BREAKS.search(message.subject) or HEADER_BREAKS.search(message.recipient):
             # The API refuses these; a row stored before it did must not add header lines.
             return PermanentFailure("content error: bad header")
         try:

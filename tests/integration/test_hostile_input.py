@@ -89,6 +89,26 @@ def test_an_email_subject_with_a_control_character_or_line_separator_is_a_400(ht
     assert list(Notification.objects.values_list("idempotency_key", flat=True)) == ["good"]
 
 
+@pytest.mark.parametrize(
+    "recipient",
+    [
+        '"a\x1cBcc:eve@example.com"@example.com',  # Django's validator takes a quoted \x1c
+        '"a\x0cb"@example.com',
+        '"a\x1db"@example.com',
+        '"a\x7fb"@example.com',
+        "ada@exa\u2028mple.com",
+    ],
+    ids=["quoted-x1c-bcc", "quoted-ff", "quoted-x1d", "quoted-del", "domain-u2028"],
+)
+def test_an_email_address_with_a_header_break_is_a_400_naming_the_recipient(http, recipient):
+    error = error_of(create(http, {**VALID, "recipient": recipient}))
+    assert list(error["fields"]) == ["recipient"]
+    preferences = {"channels": ["email"], "addresses": {"email": recipient}}
+    error = error_of(http.put("/api/v1/users/u-1/preferences", preferences, format="json"))
+    assert "addresses" in error["fields"]
+    assert not Notification.objects.exists() and not UserPreferences.objects.exists()
+
+
 def test_a_tab_is_still_fine_in_an_email_subject(http):
     assert create(http, {**VALID, "subject": "Order\t17"}).status_code == 201
 

@@ -64,6 +64,17 @@ def test_a_stored_subject_with_a_header_break_is_a_permanent_content_error(mailb
     assert mailbox.messages == []
 
 
+@pytest.mark.parametrize("char", HEADER_BREAKS, ids=lambda c: f"U+{ord(c):04X}")
+def test_a_stored_address_with_a_header_break_is_a_permanent_content_error(mailbox, char):
+    """Django's address validator takes some control characters in a quoted local part (the
+    mail package then ends the To: line at \\x1c); the API refuses them, and the provider
+    refuses a row that holds one all the same."""
+    recipient = f'"a{char}Bcc:eve@example.com"@example.com'
+    message = Message(uuid.uuid4(), "email", recipient, "Hi", "b", {})
+    assert SmtpProvider(timeout_s=5).send(message) == PermanentFailure("content error: bad header")
+    assert mailbox.messages == []
+
+
 @pytest.mark.parametrize(
     "recipient",
     ["a@b@c", "<>", "ada@exa mple.com", "(comment@example.com", "a@[1.2.3", "x@y.z>, b@c.d"],
