@@ -129,3 +129,58 @@ def test_someone_without_staff_status_is_sent_to_the_login_page_for_every_action
         answer = browser.post(url, {"action": action, "_selected_action": [pk]})
         assert answer.status_code == 302 and answer["Location"].startswith("/admin/login/")
     assert snapshot() == before
+
+
+def test_a_clients_content_is_shown_escaped_in_the_console(superuser):
+    """What a client wrote (subject, body, recipient, metadata, template text, preferences)
+    and what a provider answered reach the operators' pages as text, never as markup."""
+    from django.utils import timezone
+
+    from preferences.models import UserPreferences
+    from templates.models import MessageTemplate
+
+    script = "<script>alert(1)</script>"
+    client = ClientFactory(name=f"{script} inc")
+    notification = NotificationFactory(
+        client=client,
+        channel="in_app",
+        recipient=script,
+        subject=script,
+        body=script,
+        metadata={script: script},
+        last_error=script,
+    )
+    WebhookEventFactory(notification=notification)
+    now = timezone.now()
+    MessageTemplate.objects.create(
+        client=client,
+        event="welcome",
+        channel="email",
+        subject=script,
+        body=script,
+        created_at=now,
+        updated_at=now,
+    )
+    UserPreferences.objects.create(
+        client=client,
+        user_id=script,
+        channels=["in_app"],
+        addresses={},
+        muted_events=[script],
+        created_at=now,
+        updated_at=now,
+    )
+    pages = [
+        "/admin/notifications/notification/",
+        f"/admin/notifications/notification/{notification.pk}/change/",
+        "/admin/webhooks/webhookevent/",
+        "/admin/message_templates/messagetemplate/",
+        "/admin/preferences/userpreferences/",
+        "/admin/clients/client/",
+    ]
+    for url in pages:
+        page = superuser.get(url, {"q": script})
+        assert page.status_code == 200, url
+        assert script not in page.content.decode(), url
+    change = superuser.get(pages[1]).content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in change
