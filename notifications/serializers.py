@@ -331,7 +331,8 @@ def validate_idempotency_key(value: str) -> str:
 class BatchItemInput(NotificationCreateInput):
     idempotency_key = TextField(
         trim_whitespace=False,
-        allow_blank=True,
+        # Not allow_blank: DRF answers a blank value before running the validators.
+        error_messages={"blank": idempotency_key_problem("")},
         validators=[validate_idempotency_key],
         help_text="1-255 printable characters, scoped to your client.",
     )

@@ -542,3 +542,47 @@ def test_json_literals_no_database_can_hold_in_templates_and_preferences_are_a_4
         )
         error_of(answer)
     assert not MessageTemplate.objects.exists() and not UserPreferences.objects.exists()
+
+
+HOSTILE_AUTHORIZATIONS = [
+    "Api-Key",
+    "Api-Key ",
+    "Api-Key .",
+    "Api-Key a.b.c",
+    "Api-Key " + "a" * 5000,
+    "Api-Key " + "é" * 20,  # latin-1 bytes in the header
+    "Api-Key \x7f\x7f.\x7f",
+    "api-key abc.def",
+    "Bearer " + "b" * 300,
+    "Basic YTpi",
+]
+
+
+@pytest.mark.parametrize("authorization", HOSTILE_AUTHORIZATIONS)
+def test_hostile_authorization_headers_are_answered_401_or_less(authorization):
+    http = APIClient()
+    http.raise_request_exception = False
+    headers = {"HTTP_AUTHORIZATION": authorization, "HTTP_IDEMPOTENCY_KEY": "k"}
+    answers = [
+        http.post(URL, VALID, format="json", **headers),
+        http.post(f"{URL}/batch", {"notifications": [VALID]}, format="json", **headers),
+        http.get(URL, **headers),
+        http.get("/status", **headers),
+        http.get("/metrics", **headers),
+    ]
+    for answer in answers:
+        assert answer.status_code < 500, answer.content[:200]
+    assert [a.status_code for a in answers[:3]] == [401, 401, 401]
+    assert not Notification.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "key", ["", " ", "k" * 256, "é", "a\tb", "a\x7fb", "\u2028"], ids=lambda k: repr(k)[:12]
+)
+def test_a_hostile_idempotency_key_is_a_400(http, key):
+    answer = http.post(URL, VALID, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    assert answer.status_code == 400, answer.content[:200]
+    item = {**VALID, "idempotency_key": key}
+    batch = http.post(f"{URL}/batch", {"notifications": [item]}, format="json")
+    assert batch.json()["results"][0]["status"] == 400
+    assert not Notification.objects.exists()
