@@ -19,6 +19,9 @@ KEYWORD = "Api-Key"
 # checks it again (notifications/ingest.py). Bounded: emptied when full.
 _REMEMBERED: dict[str, KeyRow] = {}
 REMEMBERED_MAX = 10_000
+# What a key with an unknown prefix is checked against (see _key_verified): the hash of a key
+# no client has, in the preferred hasher's format.
+_UNKNOWN_PREFIX_HASH = ClientAPIKey.objects.key_generator.hash("unknown." + "0" * 32)
 
 
 def api_key_from_header(header: str) -> str | None:
@@ -45,14 +48,24 @@ def usable_key(header: str | None) -> KeyRow | None:
 
     prefix = key.partition(".")[0]
     row = api_key_row(prefix=prefix)
-    if row is None or row.expired:
-        return None
-    if not ClientAPIKey.objects.key_generator.verify(key, row.hashed_key):
+    if not _key_verified(key, row.hashed_key if row else None) or row is None or row.expired:
         return None
     if len(_REMEMBERED) >= REMEMBERED_MAX:
         _REMEMBERED.clear()
     _REMEMBERED[prefix] = row
     return row
+
+
+def _key_verified(key: str, hashed_key: str | None) -> bool:
+    """Whether `key` matches `hashed_key`. For a prefix no key has (None), a made-up hash is
+    checked all the same, so an unknown prefix and a wrong secret cost the same work: the
+    answer's timing does not tell which prefixes exist. The secret itself is compared as a
+    SHA-512 hash in constant time (djangorestframework-api-key's hasher)."""
+    generator = ClientAPIKey.objects.key_generator
+    if hashed_key is None:
+        generator.verify(key, _UNKNOWN_PREFIX_HASH)
+        return False
+    return generator.verify(key, hashed_key)
 
 
 def remembered_key(header: str | None) -> tuple[str, KeyRow] | None:
@@ -99,7 +112,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
         prefix, _, _ = key.partition(".")
         holder = api_key_holder(prefix=prefix)
-        if holder is None or not ClientAPIKey.objects.key_generator.verify(key, holder.hashed_key):
+        if not _key_verified(key, holder.hashed_key if holder else None) or holder is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
         if holder.expired:
             raise exceptions.AuthenticationFailed("This API key has expired.")

@@ -30,6 +30,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, transacti
 
 from notifications.repositories import ListPosition
 from notifyqueue.sqlgateway import Queries
+from notifyqueue.vocabulary import Channel
 
 # The tables every claim and finish writes and reads by more than a primary key, whose
 # statistics the worker keeps fresh. Not the record (`notification`): the hot path reads it
@@ -450,6 +451,7 @@ class RetentionRepository:
             after_created_at=after.created_at,
             after_id=after.id,
             scan=scan,
+            channels=list(Channel.values),
         )
         position = (
             None

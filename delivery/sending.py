@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from delivery.providers.base import Message, Provider, ProviderResult, Temporary
 from delivery.repositories import Claim
 
 log = logging.getLogger("notifyqueue.delivery")
+# How many frames a provider's unexpected exception is logged with.
+RAISED_FRAMES = 5
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,14 @@ def provider_call(provider: Provider, message: Message) -> ProviderResult:
     try:
         return provider.send(message)
     except Exception as exc:
-        log.exception(
-            "provider %s raised for notification=%s", provider.name, message.notification_id
+        # An exception's text may quote the message (an address, a subject), which is never
+        # logged: the log names its class and where it was raised.
+        log.error(
+            "provider %s raised %s for notification=%s at %s",
+            provider.name,
+            type(exc).__name__,
+            message.notification_id,
+            raised_where(exc),
         )
         return TemporaryFailure(f"{provider.name} provider raised {type(exc).__name__}")
     finally:
@@ -64,6 +73,12 @@ def provider_call(provider: Provider, message: Message) -> ProviderResult:
             # A provider that used the database on this thread (no built-in one does) does
             # not keep a connection open per send thread.
             connection.close()
+
+
+def raised_where(exc: BaseException) -> str:
+    """The innermost frames an exception passed through, as `file:line function`."""
+    frames = traceback.extract_tb(exc.__traceback__)[-RAISED_FRAMES:]
+    return " < ".join(f"{f.filename}:{f.lineno} {f.name}" for f in reversed(frames))
 
 
 @dataclass(frozen=True)

@@ -224,7 +224,8 @@ class Worker:
                 self._next_statistics_check = 0.0
             self._claims_full = not self._dry
         finished = self._record()
-        self._counts["claimed"] += claimed
+        if claimed:
+            self._counts["claimed"] += claimed
         self._log_summary()
         return StepResult(claimed=claimed, finished=finished, in_flight=self._sends.outstanding)
 
@@ -711,9 +712,9 @@ class Worker:
     def _log_summary(self, *, force: bool = False) -> None:
         """One INFO line for what the worker claimed and recorded since the last one, at most
         every LOG_SUMMARY_S: a busy worker's log grows with time, not with its messages or
-        its steps."""
+        its steps. An idle worker logs nothing."""
         now = time.monotonic()
-        if not (force or now - self._summary_at >= LOG_SUMMARY_S) or not self._counts:
+        if not (force or now - self._summary_at >= LOG_SUMMARY_S) or not any(self._counts.values()):
             return
         counts, self._counts = self._counts, Counter()
         log.info(

@@ -4,9 +4,10 @@
 alerts read them: docs/operations.md), but keeps each labelled child it has used: prometheus_client
 checks and orders the label names, builds the key and takes a lock on every `labels()` call,
 seven of them a request, about a fifth of a create's CPU in the API with the rest of the
-middleware. The cache holds at most CHILDREN_KEPT children: django-prometheus labels its
-latency series with the request's method as sent, so a client inventing methods makes new
-series (its metric grows as it did; the cache stops growing at its bound).
+middleware. Every label's values are bounded: a method that is not a standard one is
+labelled UNKNOWN_METHOD in every series (django-prometheus labels its latency series with the
+method as sent, so a client inventing methods would add series to the public /metrics
+without end), and the cache holds at most CHILDREN_KEPT children.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from monitoring.metrics import LabelledChildren
 logger = logging.getLogger(__name__)
 
 CHILDREN_KEPT = 10_000
+# Every method label is one of these, or UNKNOWN_METHOD (django-prometheus' own word for it).
+KNOWN_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "TRACE", "OPTIONS", "CONNECT", "PATCH"}
+)
+UNKNOWN_METHOD = "<invalid method>"
 # The longest a request counted by ShortcutMetrics waits to be written.
 FLUSH_EVERY_S = 1.0
 
@@ -37,7 +43,14 @@ class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
         self._children = LabelledChildren(kept=CHILDREN_KEPT)
 
     def label_metric(self, metric: Any, request: Any, response: Any = None, **labels: Any) -> Any:
-        return self._children.get(metric, **labels) if labels else metric
+        if not labels:
+            return metric
+        method = labels.get("method")
+        if method is not None and method not in KNOWN_METHODS:
+            # django-prometheus maps an unknown method to this for most series, but labels its
+            # latency series with the method as sent: any client could add series at will.
+            labels["method"] = UNKNOWN_METHOD
+        return self._children.get(metric, **labels)
 
 
 class ShortcutMetrics:

@@ -29,7 +29,6 @@ but metadata and payload, which are checked to 8 levels), under the parser's 32.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -55,11 +54,13 @@ from notifications.serializers import (
     OffsetDateTimeField,
     create_rules_broken,
     json_depth,
+    json_unstorable,
     notification_request,
 )
 from notifyqueue.errors import DomainError, api_exception_handler, error_body
 from notifyqueue.parsers import JSON_MAX_DEPTH
 from notifyqueue.vocabulary import (
+    LONE_SURROGATE,
     MAX_BODY_BYTES,
     RECIPIENT_MAX_LENGTH,
     USER_ID_MAX_LENGTH,
@@ -79,7 +80,6 @@ _JSON_TYPES = frozenset(
 # Accept values that DRF's negotiation answers with plain `application/json` (no parameters).
 _ACCEPT_JSON = frozenset({"", "*/*", "application/json"})
 _NUL_ESCAPE = b"\\u0000"
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _INVALID = object()
 _RENDERER = JSONRenderer()
 
@@ -102,7 +102,7 @@ def _text(*, max_length: int, trim: bool, allow_blank: bool) -> Callable[[Any], 
             return "" if allow_blank else _INVALID
         if len(value) > max_length:
             return _INVALID
-        if not value.isascii() and _SURROGATE.search(value):
+        if not value.isascii() and LONE_SURROGATE.search(value):
             return _INVALID
         return value
 
@@ -136,6 +136,8 @@ def _json_object(*, max_bytes: int) -> Callable[[Any], Any]:
 
     def check(value: Any) -> Any:
         if type(value) is not dict or json_depth(value) > JSON_FIELD_MAX_DEPTH:
+            return _INVALID
+        if json_unstorable(value) is not None:
             return _INVALID
         size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
         return _INVALID if size > max_bytes else value
@@ -330,8 +332,9 @@ def create(request: HttpRequest, *, drf_view: View, allow: str) -> HttpResponse 
     header = request.META.get("HTTP_AUTHORIZATION")
     fields = create_fields(_body(request), CREATE_FIELDS)
     counted = False
+    renderer = services.RenderedOnce(NotificationContent())
     if fields is not None:
-        answer, counted = _create_checked(header, key, fields, allow)
+        answer, counted = _create_checked(header, key, fields, allow, renderer)
         if answer is not None:
             return answer
     caller = usable_key(header)
@@ -346,7 +349,7 @@ def create(request: HttpRequest, *, drf_view: View, allow: str) -> HttpResponse 
             client_id=caller.client_id,
             idempotency_key=key,
             request=notification_request(fields),
-            renderer=NotificationContent(),
+            renderer=renderer,
         )
     except DomainError as error:
         return _error_response(error, allow=allow)
@@ -354,7 +357,11 @@ def create(request: HttpRequest, *, drf_view: View, allow: str) -> HttpResponse 
 
 
 def _create_checked(
-    header: str | None, key: str, fields: dict[str, Any], allow: str
+    header: str | None,
+    key: str,
+    fields: dict[str, Any],
+    allow: str,
+    renderer: services.TemplateRenderer,
 ) -> tuple[HttpResponse | None, bool]:
     """The create in one statement that also checks the API key, for a key this process
     authenticated before: its 201 or 200, or None for anything else (nothing was written,
@@ -378,7 +385,7 @@ def _create_checked(
             client_id=row.client_id,
             idempotency_key=key,
             request=notification_request(fields),
-            renderer=NotificationContent(),
+            renderer=renderer,
             key_check=KeyCheck(prefix=prefix, hashed_key=row.hashed_key),
         )
     except KeyCheckFailed:

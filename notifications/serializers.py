@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-import re
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,9 +26,12 @@ from notifyqueue.serializers import (
     CURSOR_MAX_LENGTH,
     ErrorDetail,
     RejectUnknownFieldsMixin,
+    TextField,
 )
 from notifyqueue.vocabulary import (
     EMAIL_MAX_LENGTH,
+    HEADER_BREAKS,
+    LONE_SURROGATE,
     MAX_BODY_BYTES,
     RECIPIENT_MAX_LENGTH,
     USER_ID_MAX_LENGTH,
@@ -47,7 +50,7 @@ SEND_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 METADATA_MAX_BYTES = 16 * 1024
 PAYLOAD_MAX_BYTES = 64 * 1024
 JSON_FIELD_MAX_DEPTH = 8
-LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029]")
+_SURROGATE_MESSAGE = "Text must be valid Unicode: no lone surrogates (\\ud800-\\udfff)."
 
 
 class CaseInsensitiveChoiceField(serializers.ChoiceField):
@@ -114,6 +117,7 @@ class BoundedJSONObjectField(serializers.DictField):
     default_error_messages = {
         "too_large": "At most {max_bytes} bytes as compact JSON (this one is {size}).",
         "too_deep": "At most {max_depth} levels of nesting.",
+        "unstorable": "{problem}",
     }
 
     def __init__(self, *, max_bytes: int, max_depth: int = JSON_FIELD_MAX_DEPTH, **kwargs):
@@ -125,6 +129,9 @@ class BoundedJSONObjectField(serializers.DictField):
         value = super().to_internal_value(data)
         if json_depth(value) > self.max_depth:
             self.fail("too_deep", max_depth=self.max_depth)
+        problem = json_unstorable(value)
+        if problem is not None:
+            self.fail("unstorable", problem=problem)
         size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
         if size > self.max_bytes:
             self.fail("too_large", max_bytes=self.max_bytes, size=size)
@@ -145,6 +152,29 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
+def json_unstorable(value: Any) -> str | None:
+    """Why PostgreSQL's jsonb (or UTF-8) cannot hold `value`, or None when it can: a lone
+    surrogate in a key or a string (a `\\ud800` escape decodes to one; it has no UTF-8), or a
+    number that is not finite (NaN, Infinity, or a literal such as 1e999 that overflows a
+    float). Iterative; call it on a value already bounded in depth."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not key.isascii() and LONE_SURROGATE.search(key):
+                    return _SURROGATE_MESSAGE
+                pending.append(child)
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            if not item.isascii() and LONE_SURROGATE.search(item):
+                return _SURROGATE_MESSAGE
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "Numbers must be finite: no NaN, Infinity or values past 1.8e308."
+    return None
+
+
 class StrictIntegerField(serializers.IntegerField):
     """A JSON integer; unlike DRF's IntegerField, "5" and 5.0 are refused."""
 
@@ -156,21 +186,22 @@ class StrictIntegerField(serializers.IntegerField):
 
 class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
-    recipient = serializers.CharField(
+    recipient = TextField(
         required=False,
         max_length=RECIPIENT_MAX_LENGTH,
         help_text=f"email: an address of at most {EMAIL_MAX_LENGTH} characters; sms: E.164 "
         f"(+ and 7 to 15 digits); push: a device token of 8 to {RECIPIENT_MAX_LENGTH} "
         f"printable characters; in_app: your user id, 1 to {USER_ID_MAX_LENGTH} characters.",
     )
-    subject = serializers.CharField(
+    subject = TextField(
         required=False,
         allow_blank=True,
         trim_whitespace=False,
         max_length=SUBJECT_MAX_LENGTH,
-        help_text=f"At most {SUBJECT_MAX_LENGTH} characters; for email one line (no CR or LF).",
+        help_text=f"At most {SUBJECT_MAX_LENGTH} characters; for email one line (no control "
+        "character but tab, no line separator).",
     )
-    body = serializers.CharField(
+    body = TextField(
         required=False,
         trim_whitespace=False,
         max_length=MAX_BODY_BYTES,
@@ -197,7 +228,7 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text=f"Any JSON object of at most {METADATA_MAX_BYTES} bytes and "
         f"{JSON_FIELD_MAX_DEPTH} levels; echoed back.",
     )
-    template = serializers.CharField(
+    template = TextField(
         required=False,
         max_length=EVENT_MAX_LENGTH,
         help_text="An event name (at most 255 characters): renders your template for "
@@ -209,7 +240,7 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text=f"Fills the template's slots. At most {PAYLOAD_MAX_BYTES} bytes and "
         f"{JSON_FIELD_MAX_DEPTH} levels.",
     )
-    user_id = serializers.CharField(
+    user_id = TextField(
         required=False,
         max_length=USER_ID_MAX_LENGTH,
         help_text="Preference mode (with template and payload, without channel and "
@@ -266,8 +297,10 @@ def create_rules_broken(attrs: dict[str, Any]) -> dict[str, list[str]]:
         if problem:
             errors["recipient"] = [problem]
     # An email subject becomes a mail header: a line break would inject headers.
-    if attrs.get("channel") == Channel.EMAIL and LINE_BREAKS.search(attrs.get("subject", "")):
-        errors["subject"] = ["An email subject is one line: no CR, LF or line separator."]
+    if attrs.get("channel") == Channel.EMAIL and HEADER_BREAKS.search(attrs.get("subject", "")):
+        errors["subject"] = [
+            "An email subject is one line: no control character but tab, no line separator."
+        ]
     return errors
 
 
@@ -296,9 +329,10 @@ def validate_idempotency_key(value: str) -> str:
 
 
 class BatchItemInput(NotificationCreateInput):
-    idempotency_key = serializers.CharField(
+    idempotency_key = TextField(
         trim_whitespace=False,
-        allow_blank=True,
+        # Not allow_blank: DRF answers a blank value before running the validators.
+        error_messages={"blank": idempotency_key_problem("")},
         validators=[validate_idempotency_key],
         help_text="1-255 printable characters, scoped to your client.",
     )
@@ -313,7 +347,7 @@ class BatchInput(RejectUnknownFieldsMixin, serializers.Serializer):
 class NotificationListFilters(RejectUnknownFieldsMixin, serializers.Serializer):
     status = CaseInsensitiveChoiceField(choices=Status.values, required=False)
     channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
-    recipient = serializers.CharField(required=False, max_length=RECIPIENT_MAX_LENGTH)
+    recipient = TextField(required=False, max_length=RECIPIENT_MAX_LENGTH)
     priority = PriorityField(required=False)
     cursor = serializers.CharField(
         required=False, max_length=CURSOR_MAX_LENGTH, help_text="From `next` or `previous`."

@@ -121,6 +121,31 @@ class TemplateRenderer(Protocol):
         """Renders `request.template` with `request.payload`, or raises a DomainError."""
 
 
+class RenderedOnce:
+    """A renderer for one API request: the first call renders, a repeat answers as it did
+    (its content, or the same DomainError). The thin create path may call the service twice
+    for one request (once with the key unchecked, then again after authenticating), and a
+    template can cost up to a whole rendered body to fill."""
+
+    def __init__(self, renderer: TemplateRenderer) -> None:
+        self.renderer = renderer
+        self._done: tuple[uuid.UUID, RenderedContent | DomainError] | None = None
+
+    def render(self, *, client_id: uuid.UUID, request: NotificationRequest) -> RenderedContent:
+        if self._done is None or self._done[0] != client_id:
+            try:
+                outcome: RenderedContent | DomainError = self.renderer.render(
+                    client_id=client_id, request=request
+                )
+            except DomainError as error:
+                outcome = error
+            self._done = (client_id, outcome)
+        outcome = self._done[1]
+        if isinstance(outcome, DomainError):
+            raise outcome
+        return outcome
+
+
 class NoTemplates:
     """The renderer when none is given: every template name is unknown. The API passes
     `preferences.routing.NotificationContent`, which renders real templates."""

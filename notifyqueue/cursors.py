@@ -40,11 +40,14 @@ def cursor_decode(cursor: str, *, directions: Collection[str] = ()) -> Cursor:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         position = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        # Anyone can write a cursor: every part must be the type this API writes.
+        if type(position) is not dict or not all(type(v) is str for v in position.values()):
+            raise ValueError("not a cursor")
         direction = position["d"] if directions else None
         created_at = datetime.fromisoformat(position["t"])
         if (directions and direction not in directions) or created_at.tzinfo is None:
-            raise ValueError(position)
+            raise ValueError("not a cursor")
         return Cursor(created_at=created_at, id=uuid.UUID(position["i"]), direction=direction)
-    except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+    except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, RecursionError) as exc:
         message = "Not a cursor this API returned."
         raise InvalidRequest(f"cursor: {message}", fields={"cursor": [message]}) from exc

@@ -19,6 +19,8 @@ from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from notifyqueue.vocabulary import LONE_SURROGATE
+
 API_PREFIX = "/api/"
 
 
@@ -49,7 +51,24 @@ class Conflict(DomainError):
 
 
 def error_body(code: str, message: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+    """The error answer. An error may quote what the client sent (an unknown field's name, a
+    key), and JSON can carry a lone surrogate (`"\\ud800"`) that UTF-8 cannot: such text is
+    answered escaped, so every error can be written."""
+    return {
+        "error": {"code": code, "message": _encodable(message), "fields": _encodable(fields or {})}
+    }
+
+
+def _encodable(value: Any) -> Any:
+    if isinstance(value, str):
+        if value.isascii() or LONE_SURROGATE.search(value) is None:
+            return value
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_encodable(item) for item in value]
+    return value
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

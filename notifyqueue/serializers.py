@@ -3,6 +3,7 @@ format (`notifyqueue/errors.py` writes it; `ErrorOutput` documents it)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rest_framework import serializers
@@ -19,6 +20,18 @@ class RejectUnknownFieldsMixin:
         if unknown:
             raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
         return super().validate(attrs)
+
+
+class TextField(serializers.CharField):
+    """DRF's CharField for request text. Like it, it takes a JSON number as its text (a
+    numeric user id, 5 as "5"), but not NaN or Infinity (nor a literal such as 1e999 that
+    overflows to it): they are not JSON numbers (RFC 8259), only Python's parser reads them,
+    and "nan" is nobody's subject."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, float) and not math.isfinite(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 class ErrorDetail(serializers.Serializer):

@@ -276,10 +276,13 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "notifyqueue.logformat.JsonFormatter"},
     },
+    "filters": {"quoted_values_removed": {"()": "notifyqueue.logformat.QuotedValuesRemoved"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            # A database error's text can quote message content (notifyqueue/logformat.py).
+            "filters": ["quoted_values_removed"],
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},

@@ -21,6 +21,13 @@ EMAIL_MAX_LENGTH = 320
 MAX_BODY_BYTES = 64 * 1024
 SMS_NUMBER = re.compile(r"\+[1-9][0-9]{6,14}")
 PUSH_TOKEN = re.compile(rf"[\x21-\x7e]{{8,{RECIPIENT_MAX_LENGTH}}}")
+# What an email subject (a mail header line) may not hold: every control character but tab
+# (C0, DEL and C1; among them CR, LF, \v, \f, \x1c-\x1e and \x85, which Python's mail
+# package and str.splitlines() treat as line ends) and the Unicode line and paragraph
+# separators. Any of them could end the header and start another.
+HEADER_BREAKS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+# A lone surrogate: JSON can carry one (a `\ud800` escape), UTF-8 and PostgreSQL cannot.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _email_validator = EmailValidator()
 
 
@@ -45,6 +52,10 @@ def recipient_problem(channel: str, recipient: str) -> str | None:
     if channel == Channel.EMAIL:
         if len(recipient) > EMAIL_MAX_LENGTH:
             return f"An email address is at most {EMAIL_MAX_LENGTH} characters."
+        # Django's validator takes some control characters in a quoted local part, and the
+        # mail package would end the To: line at one of them.
+        if HEADER_BREAKS.search(recipient):
+            return "Not a valid email address."
         try:
             _email_validator(recipient)
         except DjangoValidationError:

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from notifyqueue.serializers import CURSOR_MAX_LENGTH, RejectUnknownFieldsMixin
+from notifyqueue.serializers import CURSOR_MAX_LENGTH, RejectUnknownFieldsMixin, TextField
 from notifyqueue.vocabulary import RECIPIENT_MAX_LENGTH, Channel, recipient_problem
 from preferences.inbox import INBOX_PAGE_SIZE_DEFAULT, INBOX_PAGE_SIZE_MAX
 from preferences.services import PreferencesInput
@@ -26,13 +26,13 @@ class PreferencesBody(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text="In order of preference; later channels are the fallbacks.",
     )
     addresses = serializers.DictField(
-        child=serializers.CharField(max_length=RECIPIENT_MAX_LENGTH),
+        child=TextField(max_length=RECIPIENT_MAX_LENGTH),
         required=False,
         help_text="Address per channel, checked like a create's recipient. in_app needs none: "
         "its address is the user id.",
     )
     muted_events = serializers.ListField(
-        child=serializers.CharField(max_length=EVENT_MAX_LENGTH),
+        child=TextField(max_length=EVENT_MAX_LENGTH),
         required=False,
         max_length=1000,
         help_text=f"At most 1000 event names of at most {EVENT_MAX_LENGTH} characters.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from notifyqueue.serializers import RejectUnknownFieldsMixin
+from notifyqueue.serializers import RejectUnknownFieldsMixin, TextField
 from notifyqueue.vocabulary import MAX_BODY_BYTES, Channel
 from templates.models import SUBJECT_MAX_LENGTH
 from templates.repositories import TemplateRecord
@@ -12,7 +12,7 @@ from templates.services import template_placeholders
 
 
 class TemplateInput(RejectUnknownFieldsMixin, serializers.Serializer):
-    subject = serializers.CharField(
+    subject = TextField(
         required=False,
         allow_blank=True,
         trim_whitespace=False,
@@ -20,7 +20,7 @@ class TemplateInput(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text=f"May hold {{placeholder}} slots. At most {SUBJECT_MAX_LENGTH} characters; "
         "one line for email.",
     )
-    body = serializers.CharField(
+    body = TextField(
         trim_whitespace=False,
         max_length=MAX_BODY_BYTES,
         help_text="May hold {placeholder} slots; {{ and }} are literal braces. At most "

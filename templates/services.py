@@ -11,7 +11,8 @@ Invariants protected here:
 - a rendered body is at most 64 KiB of UTF-8 and a rendered subject at most 998 characters
   (the same limits as a direct create's);
 - escaping is per channel and only what the channel needs: an email subject becomes a mail
-  header, so line breaks coming from the payload become spaces (no header injection); bodies
+  header, so each run of control characters (but tab) and line separators coming from the
+  payload becomes one space (no header injection); bodies
   are plain text on every channel, and sms, push and in_app take the text as it is.
 """
 
@@ -19,20 +20,20 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from notifyqueue.errors import InvalidRequest, NotFound
-from notifyqueue.vocabulary import MAX_BODY_BYTES, Channel
+from notifyqueue.vocabulary import HEADER_BREAKS, MAX_BODY_BYTES, Channel
 from templates.models import SUBJECT_MAX_LENGTH
 from templates.repositories import TemplateRecord, TemplateRepository
 
 # `{{`, `}}`, a slot, or a stray brace (the last alternative is the syntax error).
 _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]{0,99})\}|[{}]")
 EVENT_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
-_LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029]+")
+_HEADER_BREAK_RUNS = re.compile(f"{HEADER_BREAKS.pattern}+")
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def template_parse(text: str, *, field: str = "body") -> tuple[Part, ...]:
         position = match.end()
     literal.append(text[position:])
     parts.append("".join(literal))
-    return tuple(part for part in parts if part != "")
+    return tuple(part for part in parts if isinstance(part, Slot) or part)
 
 
 def template_placeholders(template: TemplateRecord) -> list[str]:
@@ -151,27 +152,39 @@ def template_placeholders(template: TemplateRecord) -> list[str]:
 
 
 def template_render(template: TemplateRecord, payload: Mapping[str, Any]) -> Rendered:
-    """Fills every slot from `payload`; raises MissingPlaceholders naming all unfilled ones."""
+    """Fills every slot from `payload`; raises MissingPlaceholders naming all unfilled ones.
+
+    The rendered sizes are added up from the parts (each distinct value converted once)
+    before any string is joined, so a template that would render past its bounds is refused
+    in time linear in the template and the payload, whatever it would have expanded to."""
     subject_parts = template_parse(template.subject, field="subject")
     body_parts = template_parse(template.body)
-    missing = sorted(
-        {p.name for p in subject_parts + body_parts if isinstance(p, Slot)} - payload.keys()
-    )
+    # Each slot's name once, in the template's order (so an error names the first bad one).
+    subject_names = dict.fromkeys(p.name for p in subject_parts if isinstance(p, Slot))
+    body_names = dict.fromkeys(p.name for p in body_parts if isinstance(p, Slot))
+    missing = sorted((subject_names.keys() | body_names.keys()) - payload.keys())
     if missing:
         raise MissingPlaceholders(event=template.event, channel=template.channel, missing=missing)
-    subject = _fill(subject_parts, payload, escape=_subject_escape(template.channel))
-    body = _fill(body_parts, payload, escape=_unchanged)
-    if len(subject) > SUBJECT_MAX_LENGTH:
+    escape = _subject_escape(template.channel)
+    subject_values = {name: escape(_text(name, payload[name])) for name in subject_names}
+    body_values = {name: _text(name, payload[name]) for name in body_names}
+    subject_length = _rendered_size(subject_parts, subject_values, len)
+    if subject_length > SUBJECT_MAX_LENGTH:
         message = (
             f"The subject is at most {SUBJECT_MAX_LENGTH} characters after rendering "
-            f"(this one is {len(subject)})."
+            f"(this one would be {subject_length})."
         )
         raise InvalidRequest(f"payload: {message}", fields={"payload": [message]})
-    size = len(body.encode("utf-8"))
-    if size > MAX_BODY_BYTES:
-        message = f"At most {MAX_BODY_BYTES} bytes of UTF-8 after rendering (this one is {size})."
+    body_size = _rendered_size(body_parts, body_values, _utf8_size)
+    if body_size > MAX_BODY_BYTES:
+        message = (
+            f"At most {MAX_BODY_BYTES} bytes of UTF-8 after rendering (this one would be "
+            f"{body_size})."
+        )
         raise InvalidRequest(f"body: {message}", fields={"payload": [message]})
-    return Rendered(subject=subject, body=body)
+    return Rendered(
+        subject=_fill(subject_parts, subject_values), body=_fill(body_parts, body_values)
+    )
 
 
 def template_put(
@@ -206,8 +219,8 @@ def template_check(*, event: str, channel: str, subject: str, body: str) -> None
     if size > MAX_BODY_BYTES:
         message = f"At most {MAX_BODY_BYTES} bytes of UTF-8 (this one is {size})."
         raise InvalidRequest(f"body: {message}", fields={"body": [message]})
-    if channel == Channel.EMAIL and _LINE_BREAKS.search(subject):
-        message = "An email subject is one line."
+    if channel == Channel.EMAIL and HEADER_BREAKS.search(subject):
+        message = "An email subject is one line: no control character but tab, no line separator."
         raise InvalidRequest(f"subject: {message}", fields={"subject": [message]})
     template_parse(subject, field="subject")
     template_parse(body)
@@ -227,11 +240,19 @@ def template_get(
     return found
 
 
-def _fill(parts: tuple[Part, ...], payload: Mapping[str, Any], *, escape) -> str:
-    return "".join(
-        part if isinstance(part, str) else escape(_text(part.name, payload[part.name]))
-        for part in parts
-    )
+def _rendered_size(
+    parts: tuple[Part, ...], values: Mapping[str, str], size: Callable[[str], int]
+) -> int:
+    value_sizes = {name: size(value) for name, value in values.items()}
+    return sum(size(part) if isinstance(part, str) else value_sizes[part.name] for part in parts)
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _fill(parts: tuple[Part, ...], values: Mapping[str, str]) -> str:
+    return "".join(part if isinstance(part, str) else values[part.name] for part in parts)
 
 
 def _text(name: str, value: Any) -> str:
@@ -248,7 +269,7 @@ def _unchanged(text: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    return _LINE_BREAKS.sub(" ", text)
+    return _HEADER_BREAK_RUNS.sub(" ", text)
 
 
 def _subject_escape(channel: str):

@@ -4,8 +4,9 @@ The Message-ID is derived from the notification, so a resend after a crash is re
 as the same message by the receiving side.
 
 What counts as whose fault (the circuit breaker counts only TemporaryFailure):
-- the message itself cannot be sent (CR/LF in the subject or the recipient, text that cannot
-  be encoded, an address the backend rejects before talking to the server, no recipient):
+- the message itself cannot be sent (a control character or line separator in the subject
+  or the recipient, text that cannot be encoded, an address the backend rejects before
+  talking to the server, no recipient, or any other exception while the message is built):
   PermanentFailure of that one notification. Sending it again cannot help, and it says
   nothing about the server, so it never opens the shared `email:smtp` circuit;
 - the server refuses it with a 5xx: PermanentFailure;
@@ -24,10 +25,12 @@ from __future__ import annotations
 
 import functools
 import smtplib
+from email.errors import HeaderParseError
 
 from django.conf import settings
 from django.core.mail import BadHeaderError, EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SMTPEmailBackend
+from django.core.mail.message import sanitize_address
 from django.utils.module_loading import import_string
 
 from delivery.providers.base import (
@@ -38,6 +41,7 @@ from delivery.providers.base import (
     TemporaryFailure,
 )
 from notifyqueue.outbound import SocketDeadline, failure_class
+from notifyqueue.vocabulary import HEADER_BREAKS
 
 
 class _WatchedSocket:
@@ -75,8 +79,8 @@ class _DeadlineEmailBackend(SMTPEmailBackend):
         return functools.partial(cls, deadline=self.deadline)
 
 
-def _content_error(exc: ValueError) -> PermanentFailure:
-    if isinstance(exc, BadHeaderError):
+def _content_error(exc: Exception) -> PermanentFailure:
+    if isinstance(exc, BadHeaderError | HeaderParseError):
         kind = "bad header"
     elif isinstance(exc, UnicodeError):
         kind = "text cannot be encoded"
@@ -110,19 +114,27 @@ class SmtpProvider:
 
     def _send(self, message: Message, deadline: SocketDeadline) -> ProviderResult:
         message_id = self.message_id(message)
-        email = EmailMessage(
-            subject=message.subject,
-            body=message.body,
-            from_email=settings.DEFAULT_FROM_EMAIL,
-            to=[message.recipient],
-            headers={"Message-ID": message_id, "X-Idempotency-Key": message.idempotency_key},
-            connection=self._connection(deadline),
-        )
+        connection = self._connection(deadline)
+        if HEADER_BREAKS.search(message.subject) or HEADER_BREAKS.search(message.recipient):
+            # The API refuses these; a row stored before it did must not add header lines.
+            return PermanentFailure("content error: bad header")
         try:
-            # Builds and encodes the whole message before any connection: a content error is
-            # the message's, found without a round trip to the server.
+            email = EmailMessage(
+                subject=message.subject,
+                body=message.body,
+                from_email=settings.DEFAULT_FROM_EMAIL,
+                to=[message.recipient],
+                headers={"Message-ID": message_id, "X-Idempotency-Key": message.idempotency_key},
+                connection=connection,
+            )
+            # Builds and encodes the whole message, and the addresses as the backend will,
+            # before any connection: a content error is the message's, found without a round
+            # trip to the server. Whatever the mail package raises here (ValueError,
+            # HeaderParseError, ...) is about this message, never about the server.
             email.message().as_bytes()
-        except ValueError as exc:  # BadHeaderError and UnicodeError are ValueErrors
+            for address in (email.from_email, *email.recipients()):
+                sanitize_address(address, email.encoding or settings.DEFAULT_CHARSET)
+        except Exception as exc:
             return _content_error(exc)
         try:
             sent = email.send(fail_silently=False)

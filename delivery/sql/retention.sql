@@ -9,8 +9,9 @@ SELECT notifyqueue_now() - make_interval(secs => %(older_than_s)s);
 -- One step of retention: walks up to %(scan)s rows created before the cutoff, in (created_at,
 -- id) order from %(after_created_at)s/%(after_id)s (the notification_recent index, read
 -- backwards), and deletes those that finished before the cutoff, with every row that refers
--- to them: delivery attempts, webhook events and their delivery attempts, inbox messages and
--- rate-limit records. A row still waiting (scheduled far ahead) stays, and so does one whose
+-- to them: delivery attempts, webhook events and their delivery attempts, inbox messages,
+-- rate-limit records and the simulated provider's records of its sends (keyed
+-- `<id>:<channel>`, one per channel in %(channels)s, found by primary key). A row still waiting (scheduled far ahead) stays, and so does one whose
 -- webhook is still being delivered. Rows another transaction holds (an operator retry) are
 -- skipped, not waited for. One statement: the locks last as long as this batch's deletes.
 -- tests/integration/test_prune_notifications.py checks that every foreign key to these tables is covered.
@@ -45,6 +46,11 @@ WITH scanned AS (
     DELETE FROM inbox_message WHERE notification_id IN (SELECT id FROM chosen)
 ), rate_records_gone AS (
     DELETE FROM ratelimit_delivery WHERE notification_id IN (SELECT id FROM chosen)
+), simulated_gone AS (
+    DELETE FROM simulated_provider_message
+     WHERE idempotency_key IN (
+           SELECT chosen.id::text || ':' || channel
+             FROM chosen CROSS JOIN unnest(%(channels)s::text[]) AS channel)
 ), gone AS (
     DELETE FROM notification WHERE id IN (SELECT id FROM chosen) RETURNING 1
 ), last AS (

@@ -100,3 +100,59 @@ def test_a_known_key_revoked_since_is_refused_and_writes_nothing(api, acme, sett
     assert not Notification.objects.filter(idempotency_key="k-2").exists()
     # Nor does a replay of k-1 answer with the notification.
     assert create(api, "k-1").status_code == 401
+
+
+def _wrong_keys(key: str) -> dict[str, str]:
+    prefix, _, secret = key.partition(".")
+    last = "x" if secret[-1] != "x" else "y"
+    return {
+        "unknown prefix": f"Zz{prefix[2:]}.{secret}",
+        "wrong secret": f"{prefix}.{'x' * len(secret)}",
+        "secret wrong in its last character": f"{prefix}.{secret[:-1]}{last}",
+    }
+
+
+def _median_seconds(calls: dict, rounds: int) -> dict[str, float]:
+    """Each call `rounds` times, interleaved (so load on the machine falls on all alike)."""
+    import statistics
+    import time
+
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(spent) for name, spent in times.items()}
+
+
+def test_checking_a_key_costs_the_same_whatever_is_wrong_with_it(acme):
+    """An unknown prefix is checked against a made-up hash, so it costs what a wrong secret
+    does; the secret is compared as a hash, so how much of it is right does not show."""
+    generator = ClientAPIKey.objects.key_generator
+    stored = ClientAPIKey.objects.get(client=acme[0]).hashed_key
+    wrong = _wrong_keys(acme[1])
+
+    def check(key: str):
+        prefix = key.partition(".")[0]
+        hashed = stored if acme[1].startswith(prefix + ".") else None
+        return lambda: authentication._key_verified(key, hashed)
+
+    assert not any(authentication._key_verified(k, None) for k in wrong.values())
+    medians = _median_seconds({name: check(key) for name, key in wrong.items()}, rounds=2000)
+    slowest, fastest = max(medians.values()), min(medians.values())
+    assert slowest < fastest * 1.5, medians
+    assert generator.verify(acme[1], stored)
+
+
+def test_the_api_refuses_every_wrong_key_in_the_same_time(acme):
+    """End to end (the key's row looked up, then checked): the medians stay within a fifth
+    of each other."""
+    headers = {name: f"Api-Key {key}" for name, key in _wrong_keys(acme[1]).items()}
+    calls = {
+        name: (lambda header=header: authentication.usable_key(header))
+        for name, header in headers.items()
+    }
+    assert all(call() is None for call in calls.values())
+    medians = _median_seconds(calls, rounds=300)
+    assert max(medians.values()) < min(medians.values()) * 1.2, medians

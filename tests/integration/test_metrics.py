@@ -98,17 +98,49 @@ def test_per_view_request_series_count_each_request_under_its_own_labels(api):
 
 
 def test_the_per_view_series_cache_stops_growing_at_its_bound(monkeypatch):
-    # A client inventing request methods makes a new latency series each; the middleware's
-    # own cache of them must not grow without end.
+    # The middleware's own cache of labelled series must not grow without end, whatever
+    # label values reach it.
     from monitoring import middleware
 
     monkeypatch.setattr(middleware, "CHILDREN_KEPT", 5)
     after = middleware.PrometheusAfterMiddleware(lambda request: None)
     metric = after.metrics.requests_latency_by_view_method
-    children = [after.label_metric(metric, None, view="v", method=f"INVENTED{n}") for n in range(8)]
+    children = [after.label_metric(metric, None, view=f"v{n}", method="GET") for n in range(8)]
 
     assert len(after._children) == 5
-    assert children[7] is metric.labels(view="v", method="INVENTED7")  # still counted
+    assert children[7] is metric.labels(view="v7", method="GET")  # still counted
+
+
+@pytest.mark.django_db
+def test_invented_http_methods_add_no_series_to_the_public_metrics(api):
+    """Every method a client invents is counted under one label value, in every series: the
+    public /metrics stays the same size however many methods are tried."""
+    from monitoring.middleware import KNOWN_METHODS, UNKNOWN_METHOD
+
+    http = APIClient()
+    http.raise_request_exception = False
+    for n in range(3):
+        http.generic(f"WARMUP{n}", "/api/v1/notifications")
+        http.generic(f"WARMUP{n}", "/status")
+    scrape()
+    before = scrape()
+    for n in range(300):
+        http.generic(f"INVENTED{n}", "/api/v1/notifications")
+        http.generic(f"INVENTED{n}", "/status")
+    after = scrape()
+
+    methods = {dict(labels).get("method") for _, labels in after} - {None}
+    assert methods <= KNOWN_METHODS | {UNKNOWN_METHOD}, sorted(methods)[:5]
+    assert len(after) == len(before)
+    latency = "django_http_requests_latency_seconds_by_view_method_count"
+    assert (
+        sum(
+            count
+            for (name, labels), count in after.items()
+            if name == latency and ("method", UNKNOWN_METHOD) in labels
+        )
+        >= 600
+    )
 
 
 @pytest.mark.django_db

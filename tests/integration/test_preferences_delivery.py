@@ -229,3 +229,46 @@ def test_a_fallback_the_user_disabled_meanwhile_is_skipped(hooked, worker, setti
         "+447700900123",
     )
     assert not DeliveryAttempt.objects.filter(notification=notification, channel="email").exists()
+
+
+def test_a_fallback_template_swapped_to_expand_past_the_bound_fails_fast_at_send(hooked, worker):
+    """The in_app template is replaced after the create by 21,845 slots, each to be filled
+    with the payload's 60 KB value (1.3 GB if built): when push is refused and the worker
+    renders the fallback on its loop, it is refused from the parts' sizes, in bounded time
+    and memory, and the notification fails permanently."""
+    import time
+    import tracemalloc
+
+    preferences(hooked, channels=["push", "in_app"], addresses={"push": "permanent-failure-token"})
+    for channel in ("push", "in_app"):
+        answer = hooked.put(
+            f"/api/v1/templates/big/{channel}", {"subject": "s", "body": "{a}"}, format="json"
+        )
+        assert answer.status_code == 201
+    created = hooked.post(
+        "/api/v1/notifications",
+        {"user_id": "u-1", "template": "big", "payload": {"a": "x" * 60_000}},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="k-big",
+    )
+    assert created.status_code == 201, created.json()
+    swapped = hooked.put(
+        "/api/v1/templates/big/in_app", {"subject": "s", "body": "{a}" * 21_845}, format="json"
+    )
+    assert swapped.status_code == 200
+
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        drain(worker, worker.test_clock)
+        elapsed = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    notification = Notification.objects.get(id=created.json()["id"])
+    assert notification.status == Status.FAILED
+    assert attempts(hooked, notification) == [(1, "push", Outcome.PERMANENT_FAILURE)]
+    assert not InboxMessage.objects.exists()
+    assert elapsed < 3.0, elapsed
+    assert peak < 32 * 1024 * 1024, peak

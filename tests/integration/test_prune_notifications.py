@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from delivery.models import DeliveryAttempt
+from delivery.models import DeliveryAttempt, SimulatedProviderMessage
 from delivery.repositories import RETENTION_SQL as QUERIES
 from notifications.models import Notification, Status
 from preferences.models import InboxMessage
@@ -182,6 +182,7 @@ def test_a_batch_reads_the_recent_index_from_its_position():
                 "after_created_at": timezone.now() - timedelta(days=100),
                 "after_id": uuid.UUID(int=0),
                 "scan": 1000,
+                "channels": ["email", "sms", "push", "in_app"],
             },
         )
         (plan,) = cursor.fetchone()
@@ -198,3 +199,28 @@ def test_each_batch_commits_with_every_foreign_key_satisfied():
     prune("--older-than", "30d", "--batch", "2")
     assert not Notification.objects.filter(client=client).exists()
     assert not WebhookEvent.objects.exists()
+
+
+def test_the_simulated_providers_records_of_a_pruned_row_go_with_it():
+    """The simulated provider keeps one record per `<id>:<channel>` it was called with; a
+    notification's records (on its channel and on a fallback's) go when it goes."""
+    client = ClientFactory()
+    old, kept = finished(client), finished(client, age=timedelta(days=1))
+    at = timezone.now()
+    for notification, channel in ((old, "email"), (old, "sms"), (kept, "email")):
+        SimulatedProviderMessage.objects.create(
+            idempotency_key=f"{notification.id}:{channel}",
+            channel=channel,
+            recipient=notification.recipient,
+            calls=1,
+            outcome="ACCEPTED",
+            sends=1,
+            first_call_at=at,
+            last_call_at=at,
+        )
+
+    prune("--older-than", "30d")
+
+    assert list(SimulatedProviderMessage.objects.values_list("idempotency_key", flat=True)) == [
+        f"{kept.id}:email"
+    ]

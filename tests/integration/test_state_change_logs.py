@@ -146,3 +146,31 @@ def test_a_busy_worker_logs_a_summary_a_second_and_each_attempt_only_at_debug(ca
     assert (total("claimed"), total("sent")) == (300, 300)
     attempts = [r.getMessage() for r in records if r.levelno == logging.DEBUG]
     assert sum(line.startswith("attempt finished notification=") for line in attempts) == 300
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_worker_logs_nothing(caplog, monkeypatch):
+    """Steps over an empty queue for longer than the summary interval: not one INFO line
+    (a worker idle for a day used to log 86,400)."""
+    import time
+
+    from delivery import worker as worker_module
+    from tests.support.delivery_helpers import worker_build
+
+    monkeypatch.setattr(worker_module, "LOG_SUMMARY_S", 0.05)
+    worker = worker_build()
+    try:
+        worker.run_once()  # registers the circuits and does its first maintenance
+        caplog.set_level(logging.INFO)
+        ends = time.monotonic() + 0.5
+        steps = 0
+        while time.monotonic() < ends:
+            step = worker.run_once(wait_s=0.02)
+            assert (step.claimed, step.finished) == (0, 0)
+            steps += 1
+    finally:
+        worker.stop()
+        worker._shutdown()
+    assert steps >= 5
+    logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert logged == [], logged[:3]

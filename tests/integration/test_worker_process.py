@@ -239,3 +239,19 @@ def _rss_kb(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def test_an_idle_run_worker_logs_nothing_while_it_waits(loopback, database_url):
+    """`run_worker` (its delivery loop, reaper and webhook sender) over an empty queue for 3 s
+    at a 0.1 s poll interval: its log holds what it says when it starts and stops, and not one
+    line per idle step (it used to write an INFO line a second)."""
+    worker = worker_process(database_url, loopback.url)
+    try:
+        time.sleep(3)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+    output, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0, output
+    lines = output.splitlines()
+    assert len(lines) <= 4, lines
+    assert not any("delivery claimed=" in line for line in lines), lines
