@@ -212,7 +212,7 @@ def serve(args: list[str], env: dict[str, str]) -> int:
                 "-m",
                 "gunicorn",
                 "-c",
-                str(ROOT / "notifyqueue" / "gunicorn.conf.py"),
+                "python:notifyqueue.gunicorn_conf",
                 "--bind",
                 f"{host}:{port}",
                 "--workers",

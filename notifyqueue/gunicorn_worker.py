@@ -1,5 +1,20 @@
-"""gunicorn's threaded worker, with the thread that answered a request staying on its
-connection for the next one. notifyqueue/gunicorn.conf.py names it (`worker_class`).
+"""gunicorn's threaded worker, reading each request whole before a thread takes it, and with
+the thread that answered a request staying on its connection for the next one.
+notifyqueue/gunicorn_conf.py names it (`worker_class`).
+
+**Slow clients never hold a thread.** gunicorn's gthread worker gives a connection to a pool
+thread as soon as its first byte arrives, and the thread then reads the rest with blocking
+reads and no deadline: a client sending its headers or body a byte at a time holds that
+thread for as long as it likes, and one such client per thread stops the process answering
+anyone (`/status` too). Here the main thread's poller reads every request (its head, and a
+body of up to BUFFERED_BODY_MAX_BYTES) without blocking, into the connection's own buffer, and
+hands it to a thread only once it is complete; a request not complete within
+REQUEST_READ_TIMEOUT_S of its first byte (or a new connection silent that long) is answered
+408 and closed. A thread therefore only ever parses bytes already in memory, as behind a
+buffering proxy (tests/integration/test_api_slow_clients.py). A body declared larger than
+BUFFERED_BODY_MAX_BYTES goes to a thread at once: the API refuses it (413) from its
+Content-Length before reading it. TLS and HTTP/2 are left to the proxy in front; with
+gunicorn's own TLS the worker is gthread as it was.
 
 gunicorn's gthread worker hands a kept-alive connection back to its main thread after every
 answer: the request's thread writes to a pipe to wake the main thread, which registers the
@@ -28,13 +43,17 @@ Each worker process reads its settings as plain attributes, copied when it start
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import select
+import selectors
 import time
+from collections import deque
 
 from gunicorn import util
 from gunicorn.config import Config
 from gunicorn.http import wsgi
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import TConn, ThreadWorker
 
 # The largest first body write sent in one write with the headers: joining them copies it, and
 # a body this large is several segments whatever is done.
@@ -42,12 +61,134 @@ ONE_WRITE_MAX_BYTES = 64 * 1024
 # How long a thread waits for the next request on the connection it answered. Short: a
 # connection accepted meanwhile may wait this long for a thread.
 LINGER_MS = 5
+# A request must arrive whole (head and body) within this long of its first byte, and a new
+# connection must send its first byte within it; otherwise 408 and the connection is closed.
+# Generous for any real client on a slow link: a 64 KB create at 10 KB/s takes 7 s.
+REQUEST_READ_TIMEOUT_S = 15.0
+# Bodies up to Django's DATA_UPLOAD_MAX_MEMORY_SIZE default are read into memory before a
+# thread sees them; a larger one is refused by the application from its Content-Length.
+BUFFERED_BODY_MAX_BYTES = 2_621_440
+# A request head larger than this goes to a thread as it is, for gunicorn's parser to refuse
+# (its own limits, --limit-request-line and --limit-request-field_size, are far below it).
+HEAD_MAX_BYTES = 64 * 1024
+READ_CHUNK_BYTES = 64 * 1024
+_TIMEOUT_BODY = (
+    b'{"error": {"code": "request_timeout", "message": "The request took too long to arrive.", '
+    b'"fields": {}}}'
+)
+REQUEST_TIMEOUT_ANSWER = (
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
+)
+# The thread's answer when the connection's next request has begun but is not all there: the
+# main thread reads the rest (`finish_request`).
+_READ_REST = object()
 
 
 class LingeringThreadWorker(ThreadWorker):
     def init_process(self):
         config_freeze(self.cfg)
+        # Connections whose request is being read by the main thread, oldest deadline first.
+        self.reading_conns: deque[TConn] = deque()
+        # TLS and HTTP/2 negotiation happen in gunicorn's own code, on a thread.
+        self.reads_whole_requests = not self.cfg.is_ssl and self.cfg.http2_cleartext == "off"
         super().init_process()
+
+    # --- reading requests whole, in the main thread ---
+
+    def accept(self, listener):
+        if not self.reads_whole_requests:
+            return super().accept(listener)
+        try:
+            client_sock, client_addr = listener.accept()
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        conn = TConn(self.cfg, client_sock, client_addr, listener.getsockname())
+        conn.request_bytes = bytearray()
+        self.request_read_start(conn)
+
+    def on_client_socket_readable(self, conn, client):
+        if not self.reads_whole_requests:
+            return super().on_client_socket_readable(conn, client)
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        self.request_read_start(conn)
+        self.request_read_more(conn)
+
+    def request_read_start(self, conn: TConn) -> None:
+        conn.sock.setblocking(False)
+        conn.read_deadline = time.monotonic() + REQUEST_READ_TIMEOUT_S
+        self.reading_conns.append(conn)
+        self.poller.register(
+            conn.sock, selectors.EVENT_READ, lambda _sock: self.request_read_more(conn)
+        )
+
+    def request_read_more(self, conn: TConn) -> None:
+        try:
+            data = conn.sock.recv(READ_CHUNK_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the client went away
+            self.request_read_end(conn)
+            self.nr_conns -= 1
+            conn.close()
+            return
+        conn.request_bytes += data
+        if request_complete(conn.request_bytes):
+            self.request_read_end(conn)
+            self.request_dispatch(conn)
+
+    def request_read_end(self, conn: TConn) -> None:
+        self.poller.unregister(conn.sock)
+        self.reading_conns.remove(conn)
+
+    def request_dispatch(self, conn: TConn) -> None:
+        """Hands a connection whose request is whole in memory to a pool thread."""
+        conn.sock.setblocking(True)
+        conn.init()
+        conn.parser.unreader.unread(bytes(conn.request_bytes))
+        conn.request_bytes = bytearray()
+        conn.data_ready = True
+        self.enqueue_req(conn)
+
+    def murder_pending(self):
+        super().murder_pending()
+        now = time.monotonic()
+        while self.reading_conns and self.reading_conns[0].read_deadline <= now:
+            conn = self.reading_conns[0]
+            self.request_read_end(conn)
+            self.nr_conns -= 1
+            # A full send buffer or a gone client: closing is the answer then.
+            with contextlib.suppress(OSError):
+                conn.sock.send(REQUEST_TIMEOUT_ANSWER)
+            conn.close()
+
+    def finish_request(self, conn, fs):
+        if not self.reads_whole_requests or fs.cancelled() or fs.exception() is not None:
+            return super().finish_request(conn, fs)
+        result = fs.result()
+        if result is _READ_REST and self.alive:
+            self.request_read_start(conn)
+            return None
+        if result is True and conn.parser.unreader.buf.getvalue():
+            # The next request began behind this one (pipelined): read it whole first.
+            conn.request_bytes = bytearray(conn.parser.unreader.take_buffered())
+            if request_complete(conn.request_bytes):
+                return self.request_dispatch(conn)
+            self.request_read_start(conn)
+            return None
+        if result is _READ_REST:
+            self.nr_conns -= 1
+            conn.close()
+            return None
+        return super().finish_request(conn, fs)
+
+    # --- a thread staying on the connection it answered ---
 
     def handle(self, conn):
         while True:
@@ -67,6 +208,54 @@ class LingeringThreadWorker(ThreadWorker):
                         return keepalive
                 except OSError:
                     return keepalive
+                if self.reads_whole_requests and not self.next_request_whole(conn):
+                    return _READ_REST
+
+    def next_request_whole(self, conn: TConn) -> bool:
+        """Reads what the client has sent of its next request without waiting. True when it
+        is whole (the parser will find it), False when the main thread must read the rest
+        (the bytes are kept in `conn.request_bytes`)."""
+        conn.sock.setblocking(False)
+        try:
+            data = conn.sock.recv(READ_CHUNK_BYTES)
+        except (BlockingIOError, InterruptedError):
+            data = None
+        except OSError:
+            data = b""
+        finally:
+            conn.sock.setblocking(True)
+        if data is None:
+            conn.request_bytes = bytearray()
+            return False
+        if data == b"" or request_complete(data):
+            # An empty read is the client closing: the parser sees it and ends the connection.
+            conn.parser.unreader.unread(data)
+            return True
+        conn.request_bytes = bytearray(data)
+        return False
+
+
+def request_complete(data: bytes | bytearray) -> bool:
+    """Whether `data` holds a whole HTTP/1 request head and the body it declares, or enough
+    to give to gunicorn's parser anyway (a head or body past this module's limits, or a head
+    the parser will refuse)."""
+    head_end = data.find(b"\r\n\r\n")
+    if head_end < 0:
+        return len(data) > HEAD_MAX_BYTES
+    body_has = len(data) - head_end - 4
+    length = 0
+    for line in bytes(data[:head_end]).split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"transfer-encoding" and b"chunked" in value.lower():
+            # The last chunk, then the trailers' empty line.
+            return body_has > BUFFERED_BODY_MAX_BYTES or data.endswith(b"0\r\n\r\n")
+        if name == b"content-length":
+            try:
+                length = int(value.strip())
+            except ValueError:
+                return True  # the parser answers 400
+    return length > BUFFERED_BODY_MAX_BYTES or body_has >= length
 
 
 def config_freeze(cfg: Config) -> None:
@@ -166,5 +355,5 @@ def http_date_now() -> str:
 
 # gunicorn builds every HTTP/1 answer from this name (`wsgi.create`; HTTP/2 passes its own
 # class). gunicorn imports this module in its master to load the worker class named in
-# notifyqueue/gunicorn.conf.py, before it forks any worker.
+# notifyqueue/gunicorn_conf.py, before it forks any worker.
 wsgi.Response = OneWriteResponse
