@@ -470,7 +470,10 @@ def bench(harness_args: list[str], env: dict[str, str]) -> int:
             return 1
         apt_env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], env=apt_env)
-        installed = subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], env=apt_env)
+        installed = subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "--no-upgrade", "wrk"],
+            env=apt_env,
+        )
         if installed.returncode != 0:
             print("'apt-get install wrk' failed; install wrk and run again.", file=sys.stderr)
             return 1
