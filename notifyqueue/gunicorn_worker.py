@@ -8,13 +8,13 @@ reads and no deadline: a client sending its headers or body a byte at a time hol
 thread for as long as it likes, and one such client per thread stops the process answering
 anyone (`/status` too). Here the main thread's poller reads every request (its head, and a
 body of up to BUFFERED_BODY_MAX_BYTES) without blocking, into the connection's own buffer, and
-hands it to a thread only once it is complete; a request not complete within
-REQUEST_READ_TIMEOUT_S of its first byte (or a new connection silent that long) is answered
-408 and closed. A thread therefore only ever parses bytes already in memory, as behind a
+hands it to a thread only once it is complete; a request not complete REQUEST_READ_TIMEOUT_S
+after its connection opened (or, on a kept-alive connection, after its first byte) is
+answered 408 and closed. A thread therefore only ever parses bytes already in memory, as behind a
 buffering proxy (tests/integration/test_api_slow_clients.py). A body declared larger than
-BUFFERED_BODY_MAX_BYTES goes to a thread at once: the API refuses it (413) from its
-Content-Length before reading it. TLS and HTTP/2 are left to the proxy in front; with
-gunicorn's own TLS the worker is gthread as it was.
+BUFFERED_BODY_MAX_BYTES is answered 413 without being read, as the API would (Django's
+DATA_UPLOAD_MAX_MEMORY_SIZE), and a head past HEAD_MAX_BYTES 431. TLS and HTTP/2 are left to
+the proxy in front; with gunicorn's own TLS the worker is gthread as it was.
 
 gunicorn's gthread worker hands a kept-alive connection back to its main thread after every
 answer: the request's thread writes to a pipe to wake the main thread, which registers the
@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import select
 import selectors
 import time
@@ -66,19 +67,36 @@ LINGER_MS = 5
 # Generous for any real client on a slow link: a 64 KB create at 10 KB/s takes 7 s.
 REQUEST_READ_TIMEOUT_S = 15.0
 # Bodies up to Django's DATA_UPLOAD_MAX_MEMORY_SIZE default are read into memory before a
-# thread sees them; a larger one is refused by the application from its Content-Length.
+# thread sees them; a request declaring a larger one is answered 413 without reading it, as
+# the application would.
 BUFFERED_BODY_MAX_BYTES = 2_621_440
-# A request head larger than this goes to a thread as it is, for gunicorn's parser to refuse
-# (its own limits, --limit-request-line and --limit-request-field_size, are far below it).
+# A request head not ended within this many bytes is answered 431 (gunicorn's own limits
+# refuse long lines and fields; this bounds what is held in memory before they apply).
 HEAD_MAX_BYTES = 64 * 1024
 READ_CHUNK_BYTES = 64 * 1024
-_TIMEOUT_BODY = (
-    b'{"error": {"code": "request_timeout", "message": "The request took too long to arrive.", '
-    b'"fields": {}}}'
+
+
+def _refusal(status: bytes, code: str, message: str) -> bytes:
+    """A whole HTTP answer in the project's error format; the connection closes after it."""
+    body = json.dumps({"error": {"code": code, "message": message, "fields": {}}}).encode()
+    return (
+        b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (status, len(body), body)
+    )
+
+
+REQUEST_TIMEOUT_ANSWER = _refusal(
+    b"408 Request Timeout", "request_timeout", "The request took too long to arrive."
 )
-REQUEST_TIMEOUT_ANSWER = (
-    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
-    b"Content-Length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
+HEAD_TOO_LARGE_ANSWER = _refusal(
+    b"431 Request Header Fields Too Large",
+    "headers_too_large",
+    f"The request's head is larger than {HEAD_MAX_BYTES} bytes.",
+)
+BODY_TOO_LARGE_ANSWER = _refusal(
+    b"413 Content Too Large",
+    "payload_too_large",
+    f"The request body is larger than {BUFFERED_BODY_MAX_BYTES} bytes.",
 )
 # The thread's answer when the connection's next request has begun but is not all there: the
 # main thread reads the rest (`finish_request`).
@@ -115,6 +133,7 @@ class LingeringThreadWorker(ThreadWorker):
             return super().on_client_socket_readable(conn, client)
         self.poller.unregister(client)
         self.keepalived_conns.remove(conn)
+        conn.request_bytes = bytearray()
         self.request_read_start(conn)
         self.request_read_more(conn)
 
@@ -134,18 +153,33 @@ class LingeringThreadWorker(ThreadWorker):
         except OSError:
             data = b""
         if not data:  # the client went away
-            self.request_read_end(conn)
-            self.nr_conns -= 1
-            conn.close()
+            self.request_read_close(conn, answer=None)
             return
         conn.request_bytes += data
-        if request_complete(conn.request_bytes):
+        self.request_read_check(conn)
+
+    def request_read_check(self, conn: TConn) -> None:
+        """Dispatches the request when it is whole, refuses it when it is too large, or
+        leaves it reading."""
+        state = request_state(conn.request_bytes)
+        if state is True:
             self.request_read_end(conn)
             self.request_dispatch(conn)
+        elif state is not False:
+            self.request_read_close(conn, answer=state)
 
     def request_read_end(self, conn: TConn) -> None:
         self.poller.unregister(conn.sock)
         self.reading_conns.remove(conn)
+
+    def request_read_close(self, conn: TConn, *, answer: bytes | None) -> None:
+        self.request_read_end(conn)
+        self.nr_conns -= 1
+        if answer:
+            # A full send buffer or a gone client: closing is the answer then.
+            with contextlib.suppress(OSError):
+                conn.sock.send(answer)
+        conn.close()
 
     def request_dispatch(self, conn: TConn) -> None:
         """Hands a connection whose request is whole in memory to a pool thread."""
@@ -160,33 +194,29 @@ class LingeringThreadWorker(ThreadWorker):
         super().murder_pending()
         now = time.monotonic()
         while self.reading_conns and self.reading_conns[0].read_deadline <= now:
-            conn = self.reading_conns[0]
-            self.request_read_end(conn)
-            self.nr_conns -= 1
-            # A full send buffer or a gone client: closing is the answer then.
-            with contextlib.suppress(OSError):
-                conn.sock.send(REQUEST_TIMEOUT_ANSWER)
-            conn.close()
+            self.request_read_close(self.reading_conns[0], answer=REQUEST_TIMEOUT_ANSWER)
+        if not self.alive:
+            # Stopping: a connection that has sent nothing yet is not waited for.
+            for conn in [c for c in self.reading_conns if not c.request_bytes]:
+                self.request_read_close(conn, answer=None)
 
     def finish_request(self, conn, fs):
         if not self.reads_whole_requests or fs.cancelled() or fs.exception() is not None:
             return super().finish_request(conn, fs)
         result = fs.result()
-        if result is _READ_REST and self.alive:
-            self.request_read_start(conn)
-            return None
-        if result is True and conn.parser.unreader.buf.getvalue():
-            # The next request began behind this one (pipelined): read it whole first.
-            conn.request_bytes = bytearray(conn.parser.unreader.take_buffered())
-            if request_complete(conn.request_bytes):
-                return self.request_dispatch(conn)
-            self.request_read_start(conn)
-            return None
-        if result is _READ_REST:
+        if result is _READ_REST and not self.alive:
             self.nr_conns -= 1
             conn.close()
-            return None
-        return super().finish_request(conn, fs)
+        elif result is _READ_REST:
+            self.request_read_start(conn)
+            self.request_read_check(conn)
+        elif result is True and conn.parser.unreader.buf.getvalue():
+            # The next request began behind this one (pipelined): read it whole first.
+            conn.request_bytes = bytearray(conn.parser.unreader.take_buffered())
+            self.request_read_start(conn)
+            self.request_read_check(conn)
+        else:
+            super().finish_request(conn, fs)
 
     # --- a thread staying on the connection it answered ---
 
@@ -213,49 +243,54 @@ class LingeringThreadWorker(ThreadWorker):
 
     def next_request_whole(self, conn: TConn) -> bool:
         """Reads what the client has sent of its next request without waiting. True when it
-        is whole (the parser will find it), False when the main thread must read the rest
-        (the bytes are kept in `conn.request_bytes`)."""
+        is whole (the parser will find it) or the client closed, False when the main thread
+        must read the rest or refuse it (the bytes are kept in `conn.request_bytes`)."""
         conn.sock.setblocking(False)
         try:
             data = conn.sock.recv(READ_CHUNK_BYTES)
         except (BlockingIOError, InterruptedError):
-            data = None
+            data = b"", False
         except OSError:
-            data = b""
+            data = b"", True
+        else:
+            data = data, True
         finally:
             conn.sock.setblocking(True)
-        if data is None:
-            conn.request_bytes = bytearray()
-            return False
-        if data == b"" or request_complete(data):
+        received, readable = data
+        if readable and (received == b"" or request_state(received) is True):
             # An empty read is the client closing: the parser sees it and ends the connection.
-            conn.parser.unreader.unread(data)
+            conn.parser.unreader.unread(received)
             return True
-        conn.request_bytes = bytearray(data)
+        conn.request_bytes = bytearray(received)
         return False
 
 
-def request_complete(data: bytes | bytearray) -> bool:
-    """Whether `data` holds a whole HTTP/1 request head and the body it declares, or enough
-    to give to gunicorn's parser anyway (a head or body past this module's limits, or a head
-    the parser will refuse)."""
+def request_state(data: bytes | bytearray) -> bool | bytes:
+    """True when `data` holds a whole HTTP/1 request head and the body it declares, False
+    while it does not yet, or the answer that refuses it (a head or a declared body past this
+    module's limits). A head the parser will refuse (a bad Content-Length) counts as whole:
+    gunicorn's parser answers it."""
     head_end = data.find(b"\r\n\r\n")
     if head_end < 0:
-        return len(data) > HEAD_MAX_BYTES
+        return HEAD_TOO_LARGE_ANSWER if len(data) > HEAD_MAX_BYTES else False
     body_has = len(data) - head_end - 4
     length = 0
     for line in bytes(data[:head_end]).split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         name = name.strip().lower()
         if name == b"transfer-encoding" and b"chunked" in value.lower():
+            if body_has > BUFFERED_BODY_MAX_BYTES:
+                return BODY_TOO_LARGE_ANSWER
             # The last chunk, then the trailers' empty line.
-            return body_has > BUFFERED_BODY_MAX_BYTES or data.endswith(b"0\r\n\r\n")
+            return data.endswith(b"0\r\n\r\n")
         if name == b"content-length":
             try:
                 length = int(value.strip())
             except ValueError:
-                return True  # the parser answers 400
-    return length > BUFFERED_BODY_MAX_BYTES or body_has >= length
+                return True
+    if length > BUFFERED_BODY_MAX_BYTES:
+        return BODY_TOO_LARGE_ANSWER
+    return body_has >= length
 
 
 def config_freeze(cfg: Config) -> None:
