@@ -131,6 +131,25 @@ def test_the_installed_wheel_serves_the_api_admin_and_a_worker(installed, databa
     assert (api.returncode, worker.returncode) == (0, 0), outputs
 
 
+def test_a_bare_gunicorn_serves_the_api_and_says_what_it_lacks(installed, database_url):
+    """The contract's `gunicorn notifyqueue.wsgi`, with none of the project's settings."""
+    env = production_environment(installed, database_url)
+    port = free_port()
+    api = start(
+        [installed / "bin" / "gunicorn", "notifyqueue.wsgi", "--bind", f"127.0.0.1:{port}"],
+        env=env,
+        cwd=installed.parent,
+    )
+    try:
+        wait_until_answering(f"http://127.0.0.1:{port}/status", api)
+    finally:
+        api.send_signal(signal.SIGTERM)
+        output = api.communicate(timeout=STEP_TIMEOUT_S)[0]
+    assert api.returncode == 0, output
+    assert "gunicorn runs without notifyqueue's settings" in output
+    assert "python:notifyqueue.gunicorn_conf" in output
+
+
 def test_the_systemd_units_verify_against_the_installed_virtualenv(installed, tmp_path):
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
