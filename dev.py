@@ -4,14 +4,21 @@
     python3 dev.py serve   # API on http://127.0.0.1:8000 (HOST, PORT) plus one worker
     python3 dev.py test    # lint, import layers, migrations check, all tests (args go to pytest)
     python3 dev.py bench   # the benchmark beside procrastinate and pgqueuer (--help, --quick)
+    python3 dev.py notifyqueue queue_status   # any `notifyqueue` command, on the same database
     python3 dev.py stop    # stop a left-over embedded PostgreSQL
 
 Needs only Python 3.11+ and pip: it creates `.venv/`, installs the project into it, and (when
 DATABASE_URL is unset) starts the embedded PostgreSQL under `.notifyqueue/`, passes it to
 every process it starts (with the development switch NOTIFYQUEUE_DEV_EMBEDDED_DB=1), and
-stops it again when it ends. `test` also installs Debian's chromium, faketime and pgbouncer (with
-apt-get, when run as root) for the browser tests, the fault suite and the PgBouncer test, which
-skip only if that fails.
+stops it again when it ends. Ctrl-C or SIGTERM stops everything it started; it then exits 130
+or 143, never 0.
+
+`test` also installs the Debian packages its tests use when they are missing (chromium,
+faketime, pgbouncer, and PostgreSQL's own server), as root with apt-get: it prints what it will
+install first, installs no recommended packages and upgrades nothing (if that would need an
+upgrade it installs nothing), and leaves any service those packages bring stopped and disabled.
+NOTIFYQUEUE_DEV_NO_APT=1 turns that off; the tests that need a missing package then skip and
+say so.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import http.server
 import os
 import secrets
 import shutil
@@ -26,6 +34,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import venv
 from collections.abc import Iterator
@@ -42,40 +51,56 @@ DEMO_KEY_FILE = STATE / "demo-api-key"
 ADMIN_USER = "operator"
 ADMIN_PASSWORD_FILE = STATE / "demo-admin-password"
 METRICS_DIR = STATE / "metrics"
-# Debian packages the tests use, by a file each installs.
+# Debian packages the tests use, by a file each installs (PostgreSQL's own server: the embedded
+# database on a Python without pgserver, and tests/integration/test_embedded_db_system.py).
 TEST_PACKAGES = {
     "chromium": "/usr/bin/chromium",
     "faketime": "/usr/lib/*/faketime/libfaketimeMT.so.1",
     "pgbouncer": "/usr/sbin/pgbouncer",
+    "postgresql": "/usr/lib/postgresql/*/bin/initdb",
 }
+# Where Debian looks for the script that may forbid starting services during an install.
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 API_WORKERS = 2
 STARTUP_TIMEOUT_S = 60
+# A webhook event is a few hundred bytes; `serve --webhooks` prints at most this much of one.
+WEBHOOK_PRINT_MAX_BYTES = 4096
 
 
 class Stopped(Exception):
     """SIGTERM or SIGINT arrived: stop everything that was started."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def main(argv: list[str]) -> int:
     command, args = (argv[1], argv[2:]) if len(argv) > 1 else ("", [])
     if command == "stop":
         return stop()
-    commands = {"serve": serve, "test": test, "bench": bench}
+    commands = {"serve": serve, "test": test, "bench": bench, "notifyqueue": notifyqueue}
     if command not in commands:
         print(__doc__.strip())
         return 2
-    ensure_installed()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _raise_stopped)
     try:
+        ensure_installed()
+        if command == "test":
+            # Before the database: on a Python without pgserver it is PostgreSQL's own server.
+            ensure_test_packages()
         with development_environment(benchmark=command == "bench") as env:
             return commands[command](args, env)
-    except Stopped:
-        return 0
+    except Stopped as stopped:
+        # As a shell reports a command a signal ended (130 for Ctrl-C, 143 for SIGTERM): an
+        # interrupted run is never a success.
+        print(f"dev.py {command}: stopped by {stopped}.", file=sys.stderr)
+        return 128 + stopped.signum
 
 
 def _raise_stopped(signum, frame):
-    raise Stopped
+    raise Stopped(signum)
 
 
 def ensure_installed() -> None:
@@ -140,7 +165,16 @@ def manage(*args: str, env: dict[str, str], **kwargs) -> subprocess.CompletedPro
     return run([PYTHON, ROOT / "manage.py", *args], env=env, **kwargs)
 
 
+def notifyqueue(args: list[str], env: dict[str, str]) -> int:
+    """`notifyqueue <command>` (Django's management commands) on the development database."""
+    command = VENV / ("Scripts/notifyqueue.exe" if os.name == "nt" else "bin/notifyqueue")
+    return subprocess.run([str(command), *args], cwd=ROOT, env=env).returncode
+
+
 def serve(args: list[str], env: dict[str, str]) -> int:
+    if args not in ([], ["--webhooks"]):
+        print("usage: python3 dev.py serve [--webhooks]", file=sys.stderr)
+        return 2
     host, port = os.environ.get("HOST", "127.0.0.1"), int(os.environ.get("PORT", "8000"))
     problem = port_problem(host, port)
     if problem:
@@ -152,12 +186,14 @@ def serve(args: list[str], env: dict[str, str]) -> int:
         return 1
     started_at = time.monotonic()
     manage("migrate", "--no-input", "--verbosity", "0", env=env)
+    receiver = webhook_receiver_start() if args == ["--webhooks"] else None
+    webhook_url = f"http://127.0.0.1:{receiver.server_port}/webhooks" if receiver else ""
+    if receiver:
+        # The receiver is on loopback, which webhook URLs may not name elsewhere.
+        env = {**env, "NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE": "true"}
     key = manage(
-        "demo_key",
-        DEMO_CLIENT,
-        "--operator",
-        "--key-file",
-        str(DEMO_KEY_FILE),
+        *("demo_key", DEMO_CLIENT, "--operator", "--key-file", str(DEMO_KEY_FILE)),
+        *("--webhook-url", webhook_url),
         env=env,
         capture_output=True,
         text=True,
@@ -176,7 +212,7 @@ def serve(args: list[str], env: dict[str, str]) -> int:
                 "-m",
                 "gunicorn",
                 "-c",
-                str(ROOT / "notifyqueue" / "gunicorn.conf.py"),
+                "python:notifyqueue.gunicorn_conf",
                 "--bind",
                 f"{host}:{port}",
                 "--workers",
@@ -197,7 +233,7 @@ def serve(args: list[str], env: dict[str, str]) -> int:
         if not wait_until_listening(host, port, processes):
             print("dev.py serve: the API did not start (see above).", file=sys.stderr)
             return 1
-        print_banner(host, port, key, password, time.monotonic() - started_at)
+        print_banner(host, port, key, password, webhook_url, time.monotonic() - started_at)
         while all(p.poll() is None for p in processes):
             time.sleep(0.5)
         print("dev.py serve: a process ended unexpectedly; stopping the rest.", file=sys.stderr)
@@ -205,6 +241,8 @@ def serve(args: list[str], env: dict[str, str]) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if receiver:
+            receiver.shutdown()
         for p in processes:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -263,18 +301,28 @@ def admin_user_ensure(env: dict[str, str]) -> str:
     return password
 
 
-def print_banner(host: str, port: int, key: str, password: str, startup_s: float) -> None:
+def print_banner(
+    host: str, port: int, key: str, password: str, webhook_url: str, startup_s: float
+) -> None:
     site = f"http://{host}:{port}"
+    webhooks = (
+        f"printed here as they arrive (the demo client's webhook URL is {webhook_url})"
+        if webhook_url
+        else "python3 dev.py serve --webhooks prints them here as they arrive"
+    )
     print(
         f"\nNotify Queue is running ({startup_s:.1f} s to start).\n"
         f"  API:        {site}/api/v1/notifications\n"
         f"  API docs:   {site}/api/docs/ (Swagger UI), {site}/api/redoc/ (ReDoc)\n"
         f"  Admin:      {site}/admin/  user {ADMIN_USER}  password {password}\n"
         f"  Status:     {site}/status    Metrics: {site}/metrics\n"
-        f"  Demo key:   {key}  (client '{DEMO_CLIENT}', an operator; kept in {DEMO_KEY_FILE})\n\n"
-        f"Try:\n"
+        f"  Demo key:   {key}  (client '{DEMO_CLIENT}', an operator; kept in {DEMO_KEY_FILE})\n"
+        f"  Webhooks:   {webhooks}\n"
+        f"  Queue:      python3 dev.py notifyqueue queue_status (in another terminal)\n\n"
+        f"Try, in another terminal:\n"
+        f"  export KEY={key}\n"
         f"  curl -s -X POST {site}/api/v1/notifications \\\n"
-        f"    -H 'Authorization: Api-Key {key}' -H 'Idempotency-Key: hello-1' \\\n"
+        f"    -H \"Authorization: Api-Key $KEY\" -H 'Idempotency-Key: hello-1' \\\n"
         f"    -H 'Content-Type: application/json' \\\n"
         f'    -d \'{{"channel": "email", "recipient": "ada@example.com", "body": "Hello"}}\'\n\n'
         f"Ctrl-C (or SIGTERM to pid {os.getpid()}) stops the API, the worker and the database.\n",
@@ -282,27 +330,110 @@ def print_banner(host: str, port: int, key: str, password: str, startup_s: float
     )
 
 
+class WebhookPrinter(http.server.BaseHTTPRequestHandler):
+    """Answers every webhook POST with 204 and prints its event on one line."""
+
+    def do_POST(self):
+        length = min(int(self.headers.get("Content-Length") or 0), WEBHOOK_PRINT_MAX_BYTES)
+        body = self.rfile.read(length).decode(errors="replace")
+        self.send_response(204)
+        self.end_headers()
+        print(f"webhook <- {body}", flush=True)
+
+    def log_message(self, format, *args):
+        pass  # the event line above is the log
+
+
+def webhook_receiver_start() -> http.server.ThreadingHTTPServer:
+    """A webhook receiver on a free loopback port, serving in a thread of this process."""
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), WebhookPrinter)
+    receiver.daemon_threads = True
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    return receiver
+
+
 def ensure_test_packages() -> None:
     """Debian's chromium (the browser tests; never a browser download), faketime (the fault
-    suite's skewed-clock workers) and pgbouncer (workers and API through transaction pooling,
-    tests/integration/test_pgbouncer.py), installed with apt-get when missing; the tests that
-    need one skip only if that fails."""
+    suite's skewed-clock workers), pgbouncer (tests/integration/test_pgbouncer.py) and
+    PostgreSQL's server, installed with apt-get when missing, as the module docstring says;
+    the tests that need one skip when it is still missing."""
     missing = [name for name, path in TEST_PACKAGES.items() if not glob.glob(path)]
     if not missing:
         return
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("apt-get") is None:
-        print(f"{', '.join(missing)} missing and apt-get cannot run here: their tests will skip.")
+    names = ", ".join(missing)
+    if os.environ.get("NOTIFYQUEUE_DEV_NO_APT") == "1":
+        print(f"NOTIFYQUEUE_DEV_NO_APT=1: not installing {names}; their tests will skip.")
         return
-    print(f"Installing {', '.join(missing)} with apt-get for the tests ...", flush=True)
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        print(f"{names} missing and apt-get cannot run here (not root): their tests will skip.")
+        return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
-        if subprocess.run(cmd, env=env).returncode != 0:
-            print(f"'{' '.join(cmd)}' failed: their tests will skip.", file=sys.stderr)
-            return
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "--no-upgrade"]
+    if subprocess.run(["apt-get", "update", "-qq"], env=env).returncode != 0:
+        print("'apt-get update' failed: their tests will skip.", file=sys.stderr)
+        return
+    plan = subprocess.run(
+        [*install, "--simulate", *missing], env=env, capture_output=True, text=True
+    )
+    new, upgraded = apt_plan(plan.stdout)
+    if plan.returncode != 0 or upgraded:
+        why = f"it would upgrade {', '.join(upgraded)}" if upgraded else plan.stderr.strip()
+        print(f"Not installing {names} ({why}): their tests will skip.", file=sys.stderr)
+        return
+    print(
+        f"Installing {names} for the tests with apt-get: {len(new)} new Debian packages "
+        f"({', '.join(new)}); no recommended packages, nothing upgraded, services left "
+        "stopped and disabled (NOTIFYQUEUE_DEV_NO_APT=1 skips this).",
+        flush=True,
+    )
+    enabled_before = systemd_units_enabled()
+    with services_not_started():
+        installed = subprocess.run([*install, *missing], env=env).returncode == 0
+    for unit in sorted(systemd_units_enabled() - enabled_before):
+        print(f"Disabling {unit}, which the install enabled.")
+        subprocess.run(["systemctl", "disable", "--now", "--quiet", unit], check=False)
+    if not installed:
+        print(f"'apt-get install {names}' failed: their tests will skip.", file=sys.stderr)
+
+
+def apt_plan(simulated: str) -> tuple[list[str], list[str]]:
+    """The packages `apt-get install --simulate` would install anew, and those it would
+    upgrade ("Inst name [installed version] (new version ...)")."""
+    new, upgraded = [], []
+    for line in simulated.splitlines():
+        if line.startswith("Inst "):
+            name, rest = line.split()[1], line.split(maxsplit=2)[2:]
+            (upgraded if rest and rest[0].startswith("[") else new).append(name)
+    return new, upgraded
+
+
+def systemd_units_enabled() -> set[str]:
+    if shutil.which("systemctl") is None:
+        return set()
+    listed = subprocess.run(
+        ["systemctl", "list-unit-files", "--state=enabled", "--no-legend", "--no-pager"],
+        capture_output=True,
+        text=True,
+    )
+    return {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+
+
+@contextlib.contextmanager
+def services_not_started() -> Iterator[None]:
+    """Debian's packages start their services through invoke-rc.d, which asks policy-rc.d
+    first; exit 101 there means "not now". An existing policy-rc.d is left as it is."""
+    if POLICY_RC_D.exists():
+        yield
+        return
+    POLICY_RC_D.write_text("#!/bin/sh\n# dev.py: no service starts while it installs.\nexit 101\n")
+    POLICY_RC_D.chmod(0o755)
+    try:
+        yield
+    finally:
+        POLICY_RC_D.unlink()
 
 
 def test(pytest_args: list[str], env: dict[str, str]) -> int:
-    ensure_test_packages()
     steps = [
         [PYTHON, "-m", "ruff", "check", "."],
         [PYTHON, "-m", "ruff", "format", "--check", "."],
@@ -339,7 +470,10 @@ def bench(harness_args: list[str], env: dict[str, str]) -> int:
             return 1
         apt_env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], env=apt_env)
-        installed = subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], env=apt_env)
+        installed = subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "--no-upgrade", "wrk"],
+            env=apt_env,
+        )
         if installed.returncode != 0:
             print("'apt-get install wrk' failed; install wrk and run again.", file=sys.stderr)
             return 1

@@ -532,7 +532,7 @@ class Api:
                 # As production runs it (README): the project's worker class, and every
                 # process's metrics in one folder (prometheus_client's multi-process mode).
                 "-c",
-                str(ROOT / "notifyqueue" / "gunicorn.conf.py"),
+                "python:notifyqueue.gunicorn_conf",
                 "-b",
                 f"127.0.0.1:{c.port}",
                 "-w",

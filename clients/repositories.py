@@ -141,6 +141,12 @@ def client_key_authenticates(*, name: str, api_key: str) -> bool:
     return not key.has_expired and key.client.name == name
 
 
+def client_webhook_url_set(*, name: str, webhook_url: str) -> None:
+    """Points the client `name`'s webhooks at `webhook_url` (empty: sends none). The caller
+    has checked the URL (development points it at loopback, which validation refuses)."""
+    Client.objects.filter(name=name).update(webhook_url=webhook_url)
+
+
 def client_operator_grant(*, name: str) -> None:
     """Makes the client `name` an operator (it may retry any client's notifications)."""
     Client.objects.filter(name=name).update(is_operator=True)

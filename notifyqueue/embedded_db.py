@@ -12,29 +12,42 @@ Its WAL is kept small (``EMBEDDED_SERVER_SETTINGS``): nothing replicates from it
 only minimal WAL, and frequent checkpoints let old segments be recycled. Durability settings
 (fsync, synchronous_commit) are left at PostgreSQL's defaults so measurements stay honest.
 
-Binaries come from the ``pgserver`` wheel (CPython <= 3.12), else from ``initdb``/``pg_ctl``
-on PATH. This module must not import Django: settings call it before Django is configured.
+Binaries come from the ``pgserver`` wheel (CPython <= 3.12, PostgreSQL 16), else from
+PostgreSQL's own ``initdb``/``pg_ctl``: on PATH, or the newest under ``/usr/lib/postgresql/*/bin``
+(where Debian's packages put them, off PATH). ``--server system`` takes the second route even
+where pgserver is installed, so the test suite runs it on every Python. This module must not
+import Django: settings call it before Django is configured.
 
     python -m notifyqueue.embedded_db start    # start (or attach); prints the DATABASE_URL
     python -m notifyqueue.embedded_db start --benchmark   # ... checkpoints spaced as by default
     python -m notifyqueue.embedded_db stop     # stop it if it runs
     python -m notifyqueue.embedded_db stop-if-idle   # ... and no client is connected
-    python -m notifyqueue.embedded_db status   # the URL if it runs; exit 1 if not
+    python -m notifyqueue.embedded_db status   # exit 0 if it runs, 1 if not
+
+`start` and `stop` also take ``--state-dir DIR`` (instead of ``.notifyqueue/``) and `start`
+takes ``--server system``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
 DATABASE_NAME = "notifyqueue"
 STATE_DIR = Path(__file__).resolve().parent.parent / ".notifyqueue"
+# Where Debian's PostgreSQL packages install the server's programs (not on PATH).
+DEBIAN_BIN_DIRS = "/usr/lib/postgresql/*/bin"
+# pg_ctl waits this long for a start, stop or restart (`-t`); a server that has not come up by
+# then is an error, never a wait without end.
+PG_CTL_TIMEOUT_S = 120
 
 # Applied with ALTER SYSTEM on every start; the server is restarted once when one of them
 # needs it (wal_level, max_wal_senders). Measured: pg_wal held at 49 MB through a whole test
@@ -68,12 +81,18 @@ class EmbeddedDatabaseUnavailable(RuntimeError):
 
 
 def database_url(
-    state_dir: Path = STATE_DIR, settings: dict[str, str] = EMBEDDED_SERVER_SETTINGS
+    state_dir: Path = STATE_DIR,
+    settings: dict[str, str] = EMBEDDED_SERVER_SETTINGS,
+    *,
+    system_binaries: bool = False,
 ) -> str:
     """Start (or attach to) the embedded server with `settings` and return a URL for the
-    project database."""
+    project database. system_binaries: PostgreSQL's own programs even where pgserver is
+    installed."""
     state_dir.mkdir(parents=True, exist_ok=True)
     try:
+        if system_binaries:
+            raise ImportError("PostgreSQL's own binaries asked for")
         server = _PgserverServer(state_dir / "pgdata")
     except ImportError:
         server = _PathBinariesServer(state_dir / "pgdata-system")
@@ -103,7 +122,9 @@ def stop(state_dir: Path = STATE_DIR, *, only_if_idle: bool = False) -> list[Pat
         if pgdata.name == "pgdata":
             _PgserverServer.pg_ctl_stop(pgdata)
         else:
-            _PathBinariesServer(pgdata).pg_ctl("-m", "fast", "-w", "stop")
+            _PathBinariesServer(pgdata).pg_ctl(
+                "-m", "fast", "-w", "-t", str(PG_CTL_TIMEOUT_S), "stop"
+            )
         stopped.append(pgdata)
     return stopped
 
@@ -177,18 +198,30 @@ def _pgserver_commands():
     return _commands
 
 
+def postgres_bin_dir() -> Path | None:
+    """The folder of PostgreSQL's own initdb and pg_ctl: PATH's, else the newest of Debian's."""
+    on_path = shutil.which("pg_ctl")
+    if on_path and shutil.which("initdb"):
+        return Path(on_path).parent
+    debian = [Path(d) for d in glob.glob(DEBIAN_BIN_DIRS) if (Path(d) / "initdb").exists()]
+    if not debian:
+        return None
+    return max(debian, key=lambda d: int(d.parent.name) if d.parent.name.isdigit() else 0)
+
+
 class _PathBinariesServer:
     def __init__(self, pgdata: Path) -> None:
         self.pgdata = pgdata
-        self.initdb, self.pg_ctl_path = shutil.which("initdb"), shutil.which("pg_ctl")
-        if not (self.initdb and self.pg_ctl_path):
+        bin_dir = postgres_bin_dir()
+        if bin_dir is None:
             raise EmbeddedDatabaseUnavailable(
                 "No embedded PostgreSQL: the 'pgserver' wheel is not installed for this Python "
-                "(it exists for CPython 3.11-3.12) and initdb/pg_ctl are not on PATH. Install "
-                "PostgreSQL's server binaries (e.g. 'apt install postgresql' and add "
-                "/usr/lib/postgresql/<version>/bin to PATH), use Python 3.11 or 3.12, or set "
+                "(it exists for CPython 3.11-3.12), initdb/pg_ctl are not on PATH and none are "
+                f"under {DEBIAN_BIN_DIRS}. Install PostgreSQL's server (e.g. 'apt-get install "
+                "--no-install-recommends postgresql'), use Python 3.11 or 3.12, or set "
                 "DATABASE_URL to an existing PostgreSQL server."
             )
+        self.initdb, self.pg_ctl_path = str(bin_dir / "initdb"), str(bin_dir / "pg_ctl")
         self.run_as: list[str] = []
         if os.geteuid() == 0:
             # PostgreSQL refuses to run as root; use the account Debian's packages create.
@@ -201,45 +234,50 @@ class _PathBinariesServer:
             self.run_as = ["runuser", "-u", "postgres", "--"]
 
     def pg_ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*self.run_as, self.pg_ctl_path, "-D", str(self.pgdata), *args],
-            check=check,
-            capture_output=True,
-        )
+        return self._run([self.pg_ctl_path, "-D", str(self.pgdata), *args], check=check)
+
+    def _run(self, command: list[str], *, check: bool) -> subprocess.CompletedProcess:
+        """Runs one of PostgreSQL's programs with its output in files, never in pipes: a
+        server that pg_ctl starts inherits them, and a pipe held open by the server would make
+        reading it wait for as long as the server runs."""
+        with tempfile.TemporaryFile() as out:
+            done = subprocess.run(
+                [*self.run_as, *command], stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            )
+            out.seek(0)
+            done.stdout = out.read().decode(errors="replace")
+        if check and done.returncode != 0:
+            raise EmbeddedDatabaseUnavailable(
+                f"{' '.join(command)} failed (exit {done.returncode}):\n{done.stdout.strip()}"
+            )
+        return done
 
     def start(self) -> str:
         if self.run_as:
             self.pgdata.mkdir(parents=True, exist_ok=True)
             os.chown(self.pgdata, self.owner.pw_uid, self.owner.pw_gid)
         if not (self.pgdata / "PG_VERSION").exists():
-            subprocess.run(
+            self._run(
                 [
-                    *self.run_as,
-                    self.initdb,
-                    "-D",
-                    str(self.pgdata),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "-E",
-                    "UTF8",
+                    *(self.initdb, "-D", str(self.pgdata), "-U", "postgres"),
+                    *("--auth=trust", "-E", "UTF8"),
                 ],
                 check=True,
-                capture_output=True,
             )
         if self.pg_ctl("status", check=False).returncode != 0:
-            self.pg_ctl(
-                "-w",
-                "-l",
-                str(self.pgdata / "server.log"),
-                "-o",
-                f"-h '' -k {self.pgdata}",
-                "start",
-            )
+            self.pg_ctl(*self._start_options(), "start")
         return f"postgresql://postgres:@/postgres?host={self.pgdata}"
 
     def restart(self) -> None:
-        self.pg_ctl("-w", "-m", "fast", "restart")
+        self.pg_ctl(*self._start_options(), "-m", "fast", "restart")
+
+    def _start_options(self) -> list[str]:
+        # The server's own output goes to a log file in its data folder (-l); it listens only
+        # on a socket there (-o).
+        return [
+            *("-w", "-t", str(PG_CTL_TIMEOUT_S), "-l", str(self.pgdata / "server.log")),
+            *("-o", f"-h '' -k {self.pgdata}"),
+        ]
 
 
 def _apply_settings(base_url: str, settings: dict[str, str]) -> bool:
@@ -287,23 +325,60 @@ def _ensure_database(base_url: str) -> None:
 
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else ""
-    if command == "start" and argv[2:] in ([], ["--benchmark"]):
-        benchmark = argv[2:] == ["--benchmark"]
+    options = _options(argv[2:], allowed=COMMAND_OPTIONS.get(command, set()))
+    if options is None:
+        print("\n\n".join(__doc__.strip().split("\n\n")[-2:]), file=sys.stderr)
+        return 2
+    state_dir = Path(options.get("--state-dir", STATE_DIR))
+    if command == "start":
+        benchmark = "--benchmark" in options
         settings = BENCHMARK_SERVER_SETTINGS if benchmark else EMBEDDED_SERVER_SETTINGS
         try:
-            print(database_url(settings=settings))
+            url = database_url(
+                state_dir, settings, system_binaries=options.get("--server") == "system"
+            )
         except EmbeddedDatabaseUnavailable as exc:
             print(exc, file=sys.stderr)
             return 1
+        print(url)
         return 0
     if command in {"stop", "stop-if-idle"}:
-        for pgdata in stop(only_if_idle=command == "stop-if-idle"):
+        for pgdata in stop(state_dir, only_if_idle=command == "stop-if-idle"):
             print(f"stopped the embedded PostgreSQL in {pgdata}")
         return 0
-    if command == "status":
-        return 0 if is_running() else 1
-    print(__doc__.strip().rsplit("\n\n", 1)[-1], file=sys.stderr)
-    return 2
+    return 0 if is_running(state_dir) else 1
+
+
+# Each command's options; a flag's value is True, the others take the next argument.
+COMMAND_OPTIONS = {
+    "start": {"--benchmark", "--state-dir", "--server"},
+    "stop": {"--state-dir"},
+    "stop-if-idle": {"--state-dir"},
+    "status": {"--state-dir"},
+}
+FLAGS = {"--benchmark"}
+CHOICES = {"--server": {"system"}}
+
+
+def _options(args: list[str], *, allowed: set[str]) -> dict[str, str] | None:
+    """`args` as {option: value}, or None when one is unknown, lacks its value or repeats."""
+    if not allowed:
+        return None
+    options: dict[str, str] = {}
+    rest = list(args)
+    while rest:
+        name = rest.pop(0)
+        if name not in allowed or name in options:
+            return None
+        if name in FLAGS:
+            options[name] = "yes"
+            continue
+        if not rest or rest[0].startswith("--"):
+            return None
+        options[name] = rest.pop(0)
+        if name in CHOICES and options[name] not in CHOICES[name]:
+            return None
+    return options
 
 
 if __name__ == "__main__":

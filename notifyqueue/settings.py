@@ -7,6 +7,7 @@ message saying so. Only the development switch NOTIFYQUEUE_DEV_EMBEDDED_DB=1, wh
 HTTPS-only settings (cookies, redirect, HSTS) for plain http://127.0.0.1.
 """
 
+import sys
 from pathlib import Path
 
 import environ
@@ -150,8 +151,13 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-# `manage.py collectstatic` copies here; WhiteNoise serves it (dev.py serve collects for you).
-STATIC_ROOT = env.path("DJANGO_STATIC_ROOT", default=STATE_DIR / "static")
+# `notifyqueue collectstatic` copies the admin's and the API docs' files here, and WhiteNoise
+# serves them from here, whichever folder a command starts in: DJANGO_STATIC_ROOT, else
+# var/notifyqueue/static in the Python environment the project is installed in (the
+# virtualenv), so gunicorn and every `notifyqueue` command of one installation agree.
+STATIC_ROOT = env.path(
+    "DJANGO_STATIC_ROOT", default=Path(sys.prefix) / "var" / "notifyqueue" / "static"
+)
 # Development serves the apps' static folders directly (no collectstatic step).
 WHITENOISE_USE_FINDERS = DEV_EMBEDDED_DB
 WHITENOISE_AUTOREFRESH = DEV_EMBEDDED_DB

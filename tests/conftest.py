@@ -113,6 +113,7 @@ def chromium() -> str:
     if not CHROMIUM.exists():
         pytest.skip(
             f"{CHROMIUM} is not installed and could not be installed here (python3 dev.py test "
-            "installs Debian's chromium with apt-get when run as root with apt available)"
+            "installs Debian's chromium with apt-get when run as root with apt available, "
+            "unless NOTIFYQUEUE_DEV_NO_APT=1)"
         )
     return str(CHROMIUM)

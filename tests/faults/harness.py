@@ -143,7 +143,10 @@ def faketime_library() -> str:
 
     found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
     if not found:
-        pytest.skip("libfaketime is not installed (apt-get install faketime)")
+        pytest.skip(
+            "libfaketime is not installed (python3 dev.py test installs Debian's faketime with "
+            "apt-get when run as root, unless NOTIFYQUEUE_DEV_NO_APT=1)"
+        )
     return found[0]
 
 

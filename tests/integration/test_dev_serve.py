@@ -1,5 +1,6 @@
 """`python3 dev.py serve` as a newcomer meets it: a busy port is an error, SIGTERM stops every
-process it started, and the demo client's key is the same on every run.
+process it started (and, like Ctrl-C, makes dev.py exit non-zero), the banner's `export KEY`
+line and `--webhooks` printing each webhook, and the demo client's key the same on every run.
 
 Each serve test runs the real dev.py (gunicorn and a worker) against the test database.
 """
@@ -25,9 +26,13 @@ from clients.models import Client
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def serve(port: int, database_url: str, state: Path) -> subprocess.Popen:
+def serve(port: int, database_url: str, state: Path, *args: str) -> subprocess.Popen:
+    return dev_py("serve", *args, port=port, database_url=database_url, state=state)
+
+
+def dev_py(*args: str, port: int, database_url: str, state: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "dev.py"), "serve"],
+        [sys.executable, str(ROOT / "dev.py"), *args],
         cwd=ROOT,
         env={
             **os.environ,
@@ -63,11 +68,11 @@ def test_a_busy_port_is_an_error_before_anything_claims_to_run(database_url, tmp
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_serve_shows_worker_metrics_and_sigterm_stops_the_api_and_the_worker(
+def test_serve_shows_worker_metrics_and_webhooks_and_sigterm_stops_the_api_and_the_worker(
     database_url, tmp_path
 ):
     port = free_port()
-    process = serve(port, database_url, tmp_path)
+    process = serve(port, database_url, tmp_path, "--webhooks")
     lines = []
     deadline = time.monotonic() + 120
     try:
@@ -75,8 +80,11 @@ def test_serve_shows_worker_metrics_and_sigterm_stops_the_api_and_the_worker(
             line = process.stdout.readline()
             assert line, "".join(lines)
             lines.append(line)
-            if "is running" in line:
+            if "stops the API" in line:  # the banner's last line
                 break
+        assert any("is running" in line for line in lines)
+        key = (tmp_path / "demo-api-key").read_text().strip()
+        assert f"export KEY={key}" in [line.strip() for line in lines]
         children = psutil.Process(process.pid).children(recursive=True)
         assert {"gunicorn", "run_worker"} <= {
             part
@@ -85,12 +93,19 @@ def test_serve_shows_worker_metrics_and_sigterm_stops_the_api_and_the_worker(
             if part in {"gunicorn", "run_worker"}
         }
         # The worker's delivery counters show on the API's /metrics (one shared metrics folder).
-        key = (tmp_path / "demo-api-key").read_text().strip()
-        notification_create(port, key)
+        notification_id = notification_create(port, key)
         assert metrics_wait_for(port, 'notifyqueue_notifications_finished_total{channel="email"')
+        # Its webhook, printed by serve's receiver.
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            lines.append(line)
+            if line.startswith("webhook <- "):
+                break
+        event = json.loads(line.removeprefix("webhook <- "))
+        assert (event["jobId"], event["status"]) == (notification_id, "SENT")
 
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
+        assert process.wait(timeout=60) == 128 + signal.SIGTERM
     finally:
         if process.poll() is None:
             process.kill()
@@ -102,7 +117,7 @@ def test_serve_shows_worker_metrics_and_sigterm_stops_the_api_and_the_worker(
         pass
 
 
-def notification_create(port: int, key: str) -> None:
+def notification_create(port: int, key: str) -> str:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/api/v1/notifications",
         data=json.dumps(
@@ -117,6 +132,7 @@ def notification_create(port: int, key: str) -> None:
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 201
+        return json.loads(response.read())["id"]
 
 
 def metrics_wait_for(port: int, series: str, timeout_s: float = 30.0) -> bool:
@@ -127,6 +143,29 @@ def metrics_wait_for(port: int, series: str, timeout_s: float = 30.0) -> bool:
                 return True
         time.sleep(0.2)
     return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_dev_py_exits_as_the_signal_says_never_zero(signum, database_url, tmp_path):
+    process = dev_py(
+        *("notifyqueue", "shell", "-c", "import time; print('ready', flush=True); time.sleep(60)"),
+        port=0,
+        database_url=database_url,
+        state=tmp_path,
+    )
+    try:
+        output = []
+        while "ready\n" not in output:
+            output.append(process.stdout.readline())
+            assert output[-1], "".join(output)
+        process.send_signal(signum)
+        assert process.wait(timeout=30) == 128 + signum  # 130 for Ctrl-C, 143 for SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
 
 
 @pytest.mark.django_db

@@ -1,6 +1,6 @@
 """/metrics under gunicorn with several worker processes reports the whole API.
 
-Real gunicorn (notifyqueue/gunicorn.conf.py, 3 workers) on 127.0.0.1 against the test
+Real gunicorn (notifyqueue/gunicorn_conf.py, 3 workers) on 127.0.0.1 against the test
 database: notifications are created through it while /metrics is scraped many times. Each
 scrape lands on whichever process accepts it; every counter must still only grow, and the
 created-notifications counter must equal what was created. The request series of a create

@@ -76,7 +76,8 @@ def pgbouncer_serving(tmp_path: Path) -> Iterator[str]:
     if not Path(PGBOUNCER).exists():
         pytest.skip(
             "pgbouncer is not installed and could not be installed here (python3 dev.py test "
-            "installs Debian's pgbouncer with apt-get when run as root with apt available)"
+            "installs Debian's pgbouncer with apt-get when run as root with apt available, "
+            "unless NOTIFYQUEUE_DEV_NO_APT=1)"
         )
     s = connection.settings_dict
     host, port = s["HOST"] or "localhost", s["PORT"] or "5432"

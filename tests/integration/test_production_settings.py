@@ -86,7 +86,7 @@ def test_gunicorn_without_database_url_stops_with_the_message():
             "-m",
             "gunicorn",
             "-c",
-            str(ROOT / "notifyqueue" / "gunicorn.conf.py"),
+            "python:notifyqueue.gunicorn_conf",
             "--bind",
             "127.0.0.1:0",
             "--workers",

@@ -4,7 +4,12 @@ terminal; exit status 1 when /status would be degraded."""
 from __future__ import annotations
 
 import io
+import os
+import signal
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -66,3 +71,24 @@ def test_a_late_queue_with_no_worker_exits_1_with_the_reason():
     with pytest.raises(CommandError, match="degraded: no live worker") as raised:
         queue_status()
     assert raised.value.returncode == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback(database_url):
+    """`notifyqueue queue_status | head -1`: the reader has gone before the output is written."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "notifyqueue"), "queue_status"],
+            env={**os.environ, "DATABASE_URL": database_url},
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+
+    assert done.returncode == 128 + signal.SIGPIPE
+    assert done.stderr == ""

@@ -1,4 +1,4 @@
-"""The API as production runs it: real gunicorn (notifyqueue/gunicorn.conf.py) on 127.0.0.1."""
+"""The API as production runs it: real gunicorn (notifyqueue/gunicorn_conf.py) on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def gunicorn_serving(
     port = free_port()
     process = subprocess.Popen(
         [
-            *(sys.executable, "-m", "gunicorn", "-c", ROOT / "notifyqueue" / "gunicorn.conf.py"),
+            *(sys.executable, "-m", "gunicorn", "-c", "python:notifyqueue.gunicorn_conf"),
             *("--bind", f"127.0.0.1:{port}", "--workers", str(workers)),
             *("--threads", str(threads)),
         ],

@@ -12,7 +12,7 @@ from notifyqueue.gunicorn_worker import LingeringThreadWorker, config_freeze
 
 def _config() -> Config:
     cfg = Config()
-    # Settings away from their defaults, as gunicorn.conf.py and the command line set them.
+    # Settings away from their defaults, as gunicorn_conf.py and the command line set them.
     cfg.set("threads", 4)
     cfg.set("forwarded_allow_ips", "10.0.0.1,127.0.0.1")
     cfg.set("limit_request_line", 1234)

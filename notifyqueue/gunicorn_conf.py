@@ -1,4 +1,15 @@
-"""gunicorn settings for the API: `gunicorn -c notifyqueue/gunicorn.conf.py [--workers N]`.
+"""gunicorn settings for the API, the production command (docs/deploying.md):
+
+    gunicorn -c python:notifyqueue.gunicorn_conf --bind 0.0.0.0:8000 --workers N
+
+A module of the installed package, so it works from any folder; every other gunicorn option
+may follow on the command line. (A bare `gunicorn notifyqueue.wsgi` also serves the API, with
+gunicorn's defaults: no protection from slow clients, and /metrics counts only the process
+that answers the scrape; notifyqueue/wsgi.py logs a warning saying so.)
+
+Slow clients: the worker reads each request whole, without blocking, before a thread takes
+it, and closes a connection whose request has not arrived within its deadline
+(notifyqueue/gunicorn_worker.py).
 
 /metrics must report the whole API, not whichever worker process answers the scrape. So every
 process writes its counters into PROMETHEUS_MULTIPROC_DIR (prometheus_client's multi-process
@@ -13,8 +24,9 @@ mode) and any one of them serves the sum (health/views.py). This file
 The variable is set here, before any worker imports prometheus_client (its value store is
 chosen at import), and the hook imports prometheus_client only when it runs.
 
-The worker is gunicorn's threaded one, whose threads stay on a kept-alive connection for its
-next request (notifyqueue/gunicorn_worker.py); `--threads N` sets its threads (default 1).
+The worker is gunicorn's threaded one, reading requests whole in its main thread, whose threads
+stay on a kept-alive connection for its next request (notifyqueue/gunicorn_worker.py);
+`--threads N` sets its threads (default 1).
 """
 
 import os
