@@ -32,7 +32,7 @@ from notifyqueue.backoff import jittered
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState
 from webhooks.repositories import ClaimedEvent, EventResult, ReclaimedEvent
-from webhooks.sender import PostResult, webhook_post
+from webhooks.post import PostResult, webhook_post
 
 logger = logging.getLogger(__name__)
 

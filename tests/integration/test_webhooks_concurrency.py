@@ -27,7 +27,7 @@ from tests.support.webhook_receiver import Reply, WebhookReceiver
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState, WebhookEvent
 from webhooks.services import webhook_events_deliver_due, webhook_events_reclaim_expired
-from webhooks.worker import WebhookSender
+from webhooks.sender import WebhookSender
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -261,7 +261,7 @@ def test_concurrency_is_the_number_of_deliveries_in_flight_at_once():
 
 def test_a_stuck_webhook_receiver_does_not_hold_up_notification_delivery(settings):
     from tests.support.webhook_receiver import Reply, WebhookReceiver
-    from webhooks.worker import WebhookSender
+    from webhooks.sender import WebhookSender
 
     settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = True
     settings.NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS = 30
