@@ -31,8 +31,8 @@ from monitoring import metrics
 from notifyqueue.backoff import jittered
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState
-from webhooks.repositories import ClaimedEvent, EventResult, ReclaimedEvent
 from webhooks.post import PostResult, webhook_post
+from webhooks.repositories import ClaimedEvent, EventResult, ReclaimedEvent
 
 logger = logging.getLogger(__name__)
 

@@ -225,7 +225,8 @@ class InMemoryNotificationRepository:
 
 
 def _check_table_rules(new: NewNotification) -> None:
-    """The rules the table's domains hold for a new row (their CHECKs in notifications/migrations/0001_initial.py)."""
+    """The rules the table's domains hold for a new row (their CHECKs in
+    notifications/migrations/0001_initial.py)."""
     if new.channel not in Channel.values:
         raise InvalidRequest(f"The notification breaks a table rule: channel {new.channel!r}")
     if new.max_attempts < 0:
