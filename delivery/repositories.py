@@ -38,7 +38,7 @@ from notifyqueue.vocabulary import Channel
 # for ~400 ms at 1,000,000 rows.
 HOT_TABLES = ("delivery_attempt", "notification_queue", "ratelimit_delivery")
 # The narrow tables of what is not yet final, whose rows are deleted as they finish: a drain
-# leaves them dead rows that every claim steps over until VACUUM (worker.queue_vacuum_after_drain).
+# leaves them dead rows that every claim steps over until VACUUM (upkeep.QueueVacuumer).
 QUEUE_TABLES = ("notification_queue", "webhook_queue")
 
 SQL = Queries(Path(__file__).with_name("sql") / "queries.sql")

@@ -2,10 +2,11 @@
 
 `Worker.run_once()` is one step and returns what it did: collect the provider answers that
 are in, claim as many due rows as there are free delivery slots (at most batch_size), run the
-send-time checks for the whole claim (preferences, then the rate limit in one statement, then
-the circuit), start the sends, and record every result of the step in one statement.
-`Worker.run()` wraps it in a loop with heartbeats, reclaiming of expired claims, and
-LISTEN/NOTIFY wake-ups (delivery/wakeup.py).
+send-time checks for the whole claim (delivery/send_checks.py: preferences, then the rate
+limit in one statement, then the circuit), start the sends, and record every result of the
+step in one statement. `Worker.run()` wraps it in a loop with LISTEN/NOTIFY wake-ups
+(delivery/wakeup.py) that calls the database upkeep (delivery/upkeep.py: heartbeat, reclaim of
+expired claims, rate-window prune, statistics, queue vacuum) on their intervals.
 
 All database work happens on the loop's thread, on one connection. Provider calls run on
 `concurrency` threads that never touch the database (delivery/sending.py), so no lock and no
@@ -42,42 +43,28 @@ from django.db import DatabaseError, connection
 
 from delivery.circuits.services import Allowed, Circuit, CircuitPolicy, Refused, circuits_register
 from delivery.providers.base import BatchProvider, Provider, ProviderResult, TemporaryFailure
-from delivery.repositories import Claim, DeliveryRepository, Finish, Finished, QueueRows
+from delivery.repositories import Claim, DeliveryRepository, Finish, Finished
+from delivery.send_checks import CircuitStage, send_checks_build
 from delivery.sending import Sends, Sent, message_of
-from delivery.services import RetryPolicy, Router, attempt_finish, claim_recheck, claim_release
+from delivery.services import RetryPolicy, Router, attempt_finish, claim_release
+from delivery.upkeep import (
+    STATISTICS_CHECK_S,
+    ClaimReclaimer,
+    Heartbeat,
+    QueueVacuumer,
+    StatisticsRefresher,
+    WindowPruner,
+)
 from delivery.wakeup import WakeupListener
 from monitoring.metrics import DELIVERY as metrics
 from preferences.routing import PreferenceRouter
-from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
-from ratelimits.services import RateLimit, recipients_admit
+from ratelimits.repositories import RateLimitRepository
+from ratelimits.services import RateLimit
 
 log = logging.getLogger("notifyqueue.delivery")
 
 # The most often a worker writes its INFO summary line.
 LOG_SUMMARY_S = 1.0
-# A hot table changed by more rows than this, and than this fraction of its rows, since its
-# last ANALYZE is analyzed at the next check (see statistics_refresh), which a running worker
-# makes every STATISTICS_CHECK_S: a burst into a queue whose statistics say it is empty is
-# claimed with plans that sort the whole burst on every claim until then (17-19 ms a claim of
-# 100 at 9,000 waiting), and a burst of tens of thousands drains in a few seconds.
-STATISTICS_STALE_ROWS = 2_000
-STATISTICS_STALE_FRACTION = 0.01
-STATISTICS_CHECK_S = 1.0
-# A finished row leaves its queue table, but its index entries stay until VACUUM removes them,
-# and every claim steps over them: after a drain of 40,000 rows a claim of one row visited 470
-# pages of queue_pending_client instead of 4, the webhook sender's after 20,000 deliveries 923
-# of webhook_queue instead of 17. Autovacuum comes round within its naptime (a minute by
-# default), later while its workers are busy with the large tables. A dry worker (nothing due)
-# that finds more dead rows in a queue table than this, and more dead than live, vacuums it
-# itself at that check, from a thread of its own (see queue_vacuum_after_drain).
-QUEUE_VACUUM_DEAD_ROWS = 10_000
-# After a VACUUM that left most of the dead rows (another's pass held the queue, or the role may
-# not vacuum it: only the tables' owner may), the worker waits this long before trying again.
-QUEUE_VACUUM_RETRY_S = 60.0
-# A worker not seen for this many heartbeats (and this long) is taken for dead: its wake-up
-# mark is cleared (see heartbeat).
-WAITING_STALE_HEARTBEATS = 3
-WAITING_STALE_MIN_S = 60.0
 
 
 def worker_id_new() -> str:
@@ -110,7 +97,7 @@ class WorkerConfig:
     rate_limit: RateLimit | None = None
     # None switches the per-provider circuit breakers off (likewise).
     circuit: CircuitPolicy | None = None
-    # Window rows the prune deletes per statement (see Worker._windows_prune).
+    # Window rows the prune deletes per statement (see delivery.upkeep.WindowPruner).
     prune_batch: int = 10_000
 
 
@@ -125,6 +112,7 @@ class Worker:
         repository: DeliveryRepository | None = None,
         rng: random.Random | None = None,
         router: Router | None = None,
+        rate_limits: RateLimitRepository | None = None,
     ) -> None:
         self.providers = providers
         self.config = config
@@ -132,7 +120,7 @@ class Worker:
         self.worker_id = worker_id or worker_id_new()
         self.repository = repository or DeliveryRepository()
         self.rng = rng or random.Random()
-        self.rate_limits = RateLimitRepository()
+        self.rate_limits = rate_limits or RateLimitRepository()
         self.router = router or PreferenceRouter()
         # In-app delivery is a row in our own database: there is no provider to isolate.
         self.circuits = {
@@ -141,8 +129,35 @@ class Worker:
             if config.circuit and channel != "in_app"
         }
         self.delivered = 0
-        # Deliveries admitted since the last prune of the rate windows.
-        self._admitted_since_prune = 0
+        # The database upkeep (delivery/upkeep.py), each called by `_maintain` on its interval.
+        self.heartbeat = Heartbeat(
+            repository=self.repository, worker_id=self.worker_id, interval_s=config.heartbeat_s
+        )
+        self.reclaimer = ClaimReclaimer(repository=self.repository, worker_id=self.worker_id)
+        self.window_pruner = (
+            WindowPruner(
+                repository=self.rate_limits,
+                window_s=config.rate_limit.window_s,
+                batch=config.prune_batch,
+            )
+            if config.rate_limit
+            else None
+        )
+        self.statistics = StatisticsRefresher(repository=self.repository, worker_id=self.worker_id)
+        self.queue_vacuum = QueueVacuumer(repository=self.repository, worker_id=self.worker_id)
+        # The send-time checks (delivery/send_checks.py): the stages run over a whole claim,
+        # then the circuit's per call.
+        self.checks = send_checks_build(
+            router=self.router,
+            rate_limit=config.rate_limit,
+            rate_limits=self.rate_limits,
+            pruner=self.window_pruner,
+            end=self._finishes_add,
+            fail=self._checks_failed,
+            deferred=self._rate_limited,
+            worker_id=self.worker_id,
+        )
+        self.circuit_stage = CircuitStage(self.circuits)
         # Results not yet recorded: this step's, or an earlier step's the database refused.
         self._finishes: list[Finish] = []
         # Claims and outcomes since the last summary line (LOG_SUMMARY_S).
@@ -163,12 +178,9 @@ class Worker:
         self._due_check_at = 0.0
         # A full claim after a short one starts a burst: the queue's statistics may still
         # describe the quiet queue, so they are checked at the next turn against the rows
-        # that claim took (`statistics_refresh`).
+        # that claim took (`StatisticsRefresher`).
         self._claims_full = False
         self._burst_rows = 0
-        # The thread vacuuming the queue after a drain, while it runs (queue_vacuum_after_drain).
-        self._vacuum: threading.Thread | None = None
-        self._vacuum_not_before = 0.0
         # Whether the worker's heartbeat row asks the creates for wake-ups (`_waiting_mark`):
         # marked before it first sleeps, cleared when its claims come back full.
         self._waiting = False
@@ -229,121 +241,13 @@ class Worker:
         self._log_summary()
         return StepResult(claimed=claimed, finished=finished, in_flight=self._sends.outstanding)
 
-    def reclaim_expired(self) -> int:
-        """Returns expired claims of dead or stalled workers to the queue."""
-        reclaimed = self.repository.notification_reclaim_expired()
-        if self.config.rate_limit:
-            self._windows_prune(self.config.rate_limit.window_s)
-        for row in reclaimed:
-            log.warning(
-                "claim expired notification=%s status=%s worker=%s",
-                row.id,
-                row.status,
-                self.worker_id,
-            )
-        return len(reclaimed)
-
-    def _windows_prune(self, window_s: float) -> None:
-        """One statement deleting at most `prune_batch` window rows that left every window.
-        Runs at each heartbeat and, in the loop, whenever the worker has admitted another
-        `prune_batch` deliveries since: rows leave the window at the rate they were admitted a
-        window ago, so the prune keeps pace with the deliveries one bounded statement at a time
-        (one a heartbeat fell behind above `prune_batch` / `heartbeat_s` = 2,000 deliveries a
-        second a worker)."""
-        self.rate_limits.ratelimit_prune(window_s=window_s, limit=self.config.prune_batch)
-        # Counted off once done: a prune the database refused is run again at the next turn.
-        self._admitted_since_prune = max(0, self._admitted_since_prune - self.config.prune_batch)
-
-    def statistics_refresh(self, *, queue_rows: int = 0) -> list[str]:
-        """Keeps the planner's picture of the hot tables within STATISTICS_STALE_ROWS changes
-        (and STATISTICS_STALE_FRACTION of the table) of the truth, and the queue's row count
-        at least `queue_rows` (what a claim just took from it), so a burst of due rows does
-        not make every claim read the whole backlog until autoanalyze comes round. Only an
-        optimisation: errors are logged."""
-        try:
-            refreshed = self.repository.statistics_refresh(
-                changes=STATISTICS_STALE_ROWS,
-                fraction=STATISTICS_STALE_FRACTION,
-                queue_rows=queue_rows,
-            )
-        except DatabaseError:
-            log.exception("statistics not refreshed worker=%s", self.worker_id)
-            return []
-        if refreshed:
-            tables = ",".join(refreshed)
-            log.info("statistics refreshed tables=%s worker=%s", tables, self.worker_id)
-        return refreshed
-
-    def queue_vacuum_after_drain(self) -> threading.Thread | None:
-        """Starts a VACUUM of each queue table (QUEUE_TABLES: the notifications' and the
-        webhook events') that holds more than QUEUE_VACUUM_DEAD_ROWS dead rows and more dead
-        than live, what a drained burst leaves, when this worker found nothing due at its last
-        claim. The VACUUMs run one after the other in a thread with a database connection of
-        its own, closed when it ends, so the loop goes on claiming; one such thread at a time a
-        worker, and across workers and autovacuum one pass on a table at a time too (each
-        skips a table another is vacuuming). A pass that left most of a table's dead rows
-        keeps the worker from trying again for QUEUE_VACUUM_RETRY_S. Returns the thread, or
-        None. Only an optimisation: errors are logged."""
-        if not self._dry or (self._vacuum is not None and self._vacuum.is_alive()):
-            return None
-        if time.monotonic() < self._vacuum_not_before:
-            return None
-        try:
-            counted = self.repository.queues_dead_and_live()
-        except DatabaseError:
-            log.exception("queue's dead rows not counted worker=%s", self.worker_id)
-            return None
-        dead = [
-            rows for rows in counted.values() if rows.dead > max(QUEUE_VACUUM_DEAD_ROWS, rows.live)
-        ]
-        if not dead:
-            return None
-        self._vacuum = threading.Thread(
-            target=self._queue_vacuum, args=(dead,), name="queue-vacuum", daemon=True
-        )
-        self._vacuum.start()
-        return self._vacuum
-
-    def _queue_vacuum(self, queues: list[QueueRows]) -> None:
-        try:
-            for before in queues:
-                started = time.monotonic()
-                self.repository.queue_vacuum(before.table)
-                # Counted again: a VACUUM that found the table held by another's did nothing.
-                after = self.repository.queues_dead_and_live()[before.table]
-                if after.dead > before.dead // 2:
-                    self._vacuum_not_before = time.monotonic() + QUEUE_VACUUM_RETRY_S
-                log.info(
-                    "queue vacuum table=%s dead=%d dead_after=%d live=%d seconds=%.2f worker=%s",
-                    before.table,
-                    before.dead,
-                    after.dead,
-                    after.live,
-                    time.monotonic() - started,
-                    self.worker_id,
-                )
-        except DatabaseError:
-            log.exception("queue not vacuumed worker=%s", self.worker_id)
-            self._vacuum_not_before = time.monotonic() + QUEUE_VACUUM_RETRY_S
-        finally:
-            connection.close()  # this thread's own
-
-    def heartbeat(self) -> None:
-        """Writes the worker's row (with its wake-up mark: see `_waiting_mark`), and clears
-        the marks of workers not seen for WAITING_STALE_HEARTBEATS of this one's heartbeats
-        (at least WAITING_STALE_MIN_S): a worker killed outright leaves its mark behind, and
-        the creates would notify for it for ever. A live worker taken for dead (stalled that
-        long) restates its mark at its next heartbeat; until then its poll finds new rows."""
-        self.repository.worker_heartbeat(
-            worker=self.worker_id,
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            delivered=self.delivered,
-            waiting=self._waiting,
-        )
-        self.repository.worker_waiting_clear_stale(
-            seconds=max(WAITING_STALE_HEARTBEATS * self.config.heartbeat_s, WAITING_STALE_MIN_S)
-        )
+    def _reclaim(self) -> int:
+        """Returns expired claims of dead or stalled workers to the queue, then prunes the
+        rate windows; how many claims came back."""
+        reclaimed = self.reclaimer.run_once()
+        if self.window_pruner:
+            self.window_pruner.run_once()
+        return reclaimed
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -408,7 +312,7 @@ class Worker:
         # Exit only on a claim that found nothing: the fair claim can come back short (each
         # client capped at its share) while rows are still due.
         if until_empty and claim and not step.claimed and not step.in_flight and not self._finishes:
-            if not self.reclaim_expired():
+            if not self._reclaim():
                 return False
             self._dry = False
             return True
@@ -425,23 +329,23 @@ class Worker:
         every heartbeat_s; a prune of the rate windows per `prune_batch` deliveries admitted;
         the hot tables' statistics every STATISTICS_CHECK_S, so a busy
         worker refreshes them within a second of a burst, and at once when a burst begins
-        (see run_once), and at the same checks, once a drain is over, the queue's dead rows
-        (queue_vacuum_after_drain)."""
+        (see run_once), and at the same checks, once a drain is over (nothing was due at the
+        last claim), the queue's dead rows."""
         if not self._circuits_registered:
             circuits_register(list(self.circuits.values()))
             self._circuits_registered = True
         if now >= self._next_maintenance:
-            self.heartbeat()
-            if self.reclaim_expired():
+            self.heartbeat.run_once(delivered=self.delivered, waiting=self._waiting)
+            if self._reclaim():
                 self._dry = False
             self._next_maintenance = now + self.config.heartbeat_s
-        rate_limit = self.config.rate_limit
-        if rate_limit and self._admitted_since_prune >= self.config.prune_batch:
-            self._windows_prune(rate_limit.window_s)
+        if self.window_pruner and self.window_pruner.due:
+            self.window_pruner.run_once()
         if now >= self._next_statistics_check:
-            self.statistics_refresh(queue_rows=self._burst_rows)
+            self.statistics.run_once(queue_rows=self._burst_rows)
             self._burst_rows = 0
-            self.queue_vacuum_after_drain()
+            if self._dry:
+                self.queue_vacuum.run_once()
             self._next_statistics_check = now + STATISTICS_CHECK_S
 
     def _waiting_mark(self) -> None:
@@ -481,8 +385,7 @@ class Worker:
             )
         finally:
             self._sends.close()
-            if self._vacuum is not None:
-                self._vacuum.join(timeout=30)
+            self.queue_vacuum.join(timeout=30)
 
     # --- starting a claim -----------------------------------------------------------------
 
@@ -490,9 +393,8 @@ class Worker:
         """The send-time checks for the whole claim, then the sends. Every claim either
         starts or ends here with a result to record (or was settled by a deferral)."""
         started = time.monotonic()
-        ready = [claim for claim in map(self._recheck, claims) if claim is not None]
         batches: dict[int, tuple[Provider, list[tuple[Claim, Allowed | None]]]] = {}
-        for claim in self._admit(ready):
+        for claim in self.checks.passing(claims):
             if self._stopping.is_set():
                 # SIGTERM arrived while the claim was being checked: what has not started is
                 # given back, its attempt returned (contract: run_worker's shutdown).
@@ -508,8 +410,7 @@ class Worker:
                 )
                 self._finishes.append(claim_release(claim))
                 continue
-            circuit = self.circuits.get(claim.channel)
-            admission = self._circuit_admit(circuit)
+            admission = self.circuit_stage.admit(claim.channel)
             if isinstance(admission, Refused):
                 refused = Sent(claim, None, TemporaryFailure(admission.reason), started)
                 self._finishes.append(self._settle(refused))
@@ -537,98 +438,19 @@ class Worker:
                 )
             self._finishes.append(claim_release(claim))
 
-    def _recheck(self, claim: Claim) -> Claim | None:
-        """A preference-mode claim is checked against the user's current preferences: the
-        claim to send (possibly at a new address), or None when it ended here (switched to a
-        fallback or SUPPRESSED, its result queued)."""
-        if claim.user_id is None:
-            return claim
-        try:
-            rechecked = claim_recheck(claim, router=self.router)
-        except DatabaseError as exc:
-            self._finishes.append(self._checks_failed(claim, exc))
-            return None
-        if isinstance(rechecked, Finish):
-            log.debug(
-                "preferences changed notification=%s client=%s channel=%s status=%s "
-                "next_channel=%s worker=%s",
-                claim.id,
-                claim.client_id,
-                claim.channel,
-                rechecked.status,
-                rechecked.channel,
-                self.worker_id,
-            )
-            self._finishes.append(rechecked)
-            return None
-        return rechecked
+    def _finishes_add(self, finish: Finish) -> None:
+        """A claim that ended in a send-time check: its result is recorded with the step's."""
+        self._finishes.append(finish)
 
-    def _admit(self, claims: list[Claim]) -> list[Claim]:
-        """The claims the recipients' rate limits admit, in one statement for the claim; the
-        others were deferred (settled in the database) or lost their claim meanwhile."""
-        if not self.config.rate_limit or not claims:
-            return claims
-        try:
-            admissions = recipients_admit(
-                claims, rate_limit=self.config.rate_limit, repository=self.rate_limits
-            )
-        except DatabaseError as exc:
-            admissions = self._admit_one_by_one(claims, exc)
-        admitted = []
-        for claim in claims:
-            admission = admissions.get(claim.id)
-            if isinstance(admission, Admitted):
-                admitted.append(claim)
-            elif isinstance(admission, Deferred):
-                self._counts["RATE_LIMITED"] += 1
-                metrics.rate_limit_deferred(channel=claim.channel)
-                log.debug(
-                    "rate limited notification=%s client=%s channel=%s attempt=%d "
-                    "outcome=RATE_LIMITED status=PENDING due_at=%s worker=%s",
-                    claim.id,
-                    claim.client_id,
-                    claim.channel,
-                    claim.attempt_count,
-                    admission.due_at.isoformat(),
-                    self.worker_id,
-                )
-        self._admitted_since_prune += len(admitted)
-        return admitted
-
-    def _admit_one_by_one(self, claims: list[Claim], exc: DatabaseError) -> dict:
-        """After the claim's admission failed: a passing error (a deadlock, a lock timeout) or
-        one bad row must not cost every row of the claim an attempt, so each is admitted on its
-        own, as the finish does; a row that fails alone too is a failed attempt."""
-        if len(claims) == 1:
-            self._finishes.append(self._checks_failed(claims[0], exc))
-            return {}
-        log.warning("admission of a claim of %d failed (%r); one by one", len(claims), exc)
-        admissions = {}
-        for claim in claims:
-            try:
-                admissions |= recipients_admit(
-                    [claim], rate_limit=self.config.rate_limit, repository=self.rate_limits
-                )
-            except DatabaseError as row_exc:
-                self._finishes.append(self._checks_failed(claim, row_exc))
-        return admissions
-
-    def _checks_failed(self, claim: Claim, exc: DatabaseError) -> Finish:
+    def _checks_failed(self, claim: Claim, exc: DatabaseError) -> None:
         """Nothing was sent. A failed attempt, not a release: it backs off, and a row that
         breaks the checks every time runs out of attempts instead of looping."""
         log.error("send-time checks failed notification=%s: %r", claim.id, exc)
         result = TemporaryFailure(f"send-time checks failed: {type(exc).__name__}")
-        return self._settle(Sent(claim, None, result, time.monotonic()))
+        self._finishes.append(self._settle(Sent(claim, None, result, time.monotonic())))
 
-    def _circuit_admit(self, circuit: Circuit | None) -> Allowed | Refused | None:
-        if circuit is None:
-            return None
-        try:
-            return circuit.admit()
-        except DatabaseError:
-            # The breaker is an optimisation; without its state, call the provider.
-            log.exception("circuit %s unreadable; calling the provider", circuit.name)
-            return None
+    def _rate_limited(self) -> None:
+        self._counts["RATE_LIMITED"] += 1
 
     # --- ending a claim -------------------------------------------------------------------
 

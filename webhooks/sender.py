@@ -1,55 +1,90 @@
-"""One webhook POST through the guarded outbound transport (notifyqueue/outbound.py), and what
-its answer means for the event.
+"""The webhook sender as `run_worker` runs it: a loop on its own thread.
 
-Invariants: no database access here (the caller records the result); the transport never
-follows a redirect, never uses a proxy from the environment, connects only to the checked
-address and ends within `timeout_s`. The receiver's body is never read or recorded: the
-attempt keeps the status code and a short error class.
+It is separate from notification delivery on purpose: a slow or failing receiver holds only
+this thread's POST slots (each POST is cut off at the webhook timeout), never a notification
+slot. Slots are refilled as they free up, so a receiver that hangs delays only its own events.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import threading
+import time
 
-from notifyqueue.outbound import OutboundAnswer, outbound_post
+from django.db import DatabaseError, close_old_connections, connection
 
-USER_AGENT = "NotifyQueue-Webhooks/1.0"
+from webhooks.services import (
+    WebhookBatch,
+    WebhookDeliveries,
+    webhook_events_reclaim_expired,
+)
 
-
-@dataclass(frozen=True)
-class PostResult:
-    delivered: bool
-    permanent: bool
-    """True when retrying cannot help (the URL is refused)."""
-    status_code: int | None
-    error: str | None
-    duration_s: float
+log = logging.getLogger("notifyqueue.webhooks")
 
 
-def webhook_post_result(answer: OutboundAnswer, *, timeout_s: float) -> PostResult:
-    """2xx delivers; a refused URL fails for good; anything else (3xx included) is retried."""
-    status = answer.status_code
-    if status is not None and 200 <= status < 300:
-        return PostResult(True, False, status, None, answer.duration_s)
-    if status is not None:
-        error = f"HTTP {status}" + (" (redirect not followed)" if 300 <= status < 400 else "")
-    elif answer.failure == "timeout":
-        error = f"timed out after {answer.duration_s:.2f}s (limit {timeout_s:g}s)"
-    else:
-        error = answer.failure
-    return PostResult(False, answer.refused, status, error, answer.duration_s)
+class WebhookSender:
+    def __init__(self, *, poll_interval_s: float, reclaim_interval_s: float) -> None:
+        self.poll_interval_s = poll_interval_s
+        self.reclaim_interval_s = reclaim_interval_s
+        self._next_reclaim = 0.0
+        self._stop = threading.Event()
+        self._drain = threading.Event()
+        self._deliveries: WebhookDeliveries | None = None
+        self._thread = threading.Thread(target=self._run, name="webhook-sender", daemon=True)
 
+    def run_once(self, *, wait_s: float = 0.0) -> WebhookBatch:
+        """Reclaims expired claims when it is time, records finished POSTs (waiting up to
+        `wait_s` for one), and fills the free POST slots with due events."""
+        if time.monotonic() >= self._next_reclaim:
+            webhook_events_reclaim_expired()
+            self._next_reclaim = time.monotonic() + self.reclaim_interval_s
+        if self._deliveries is None:
+            self._deliveries = WebhookDeliveries()
+        return self._deliveries.step(wait_s=wait_s)
 
-def webhook_post(
-    *, url: str, body: bytes, headers: dict[str, str], timeout_s: float, allow_private: bool
-) -> PostResult:
-    """Checks `url` against the address rules after resolving it, then POSTs to that address."""
-    answer = outbound_post(
-        url=url,
-        body=body,
-        headers={"User-Agent": USER_AGENT, "Content-Type": "application/json", **headers},
-        timeout_s=timeout_s,
-        allow_private=allow_private,
-        max_body_bytes=0,
-    )
-    return webhook_post_result(answer, timeout_s=timeout_s)
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, *, drain: bool = False) -> None:
+        """Stops claiming and finishes the POSTs in flight; with `drain`, only once nothing
+        is due."""
+        (self._drain if drain else self._stop).set()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            wait_s = 0.0
+            while not self._stop.is_set():
+                close_old_connections()
+                try:
+                    batch = self.run_once(wait_s=wait_s)
+                except DatabaseError:
+                    # The finished POSTs' results are kept for the next step (their futures are
+                    # done, so that step would not wait): wait here, or a database that refuses
+                    # at once is asked again at once.
+                    log.exception("webhook sender step failed; retrying after the poll interval")
+                    wait_s = 0.0
+                    self._stop.wait(self.poll_interval_s)
+                    continue
+                in_flight = self._deliveries.in_flight if self._deliveries else 0
+                if batch.claimed:
+                    wait_s = 0.0
+                    continue
+                if self._drain.is_set() and not in_flight:
+                    return
+                if in_flight:
+                    # Wake when a POST finishes (its slot can take the next event) or when
+                    # new events may have become due.
+                    wait_s = self.poll_interval_s
+                else:
+                    wait_s = 0.0
+                    self._stop.wait(self.poll_interval_s)
+        finally:
+            if self._deliveries is not None:
+                try:
+                    self._deliveries.close()
+                except DatabaseError:
+                    log.exception("webhook results not recorded at shutdown; claims will expire")
+            connection.close()

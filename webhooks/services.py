@@ -31,8 +31,8 @@ from monitoring import metrics
 from notifyqueue.backoff import jittered
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState
+from webhooks.post import PostResult, webhook_post
 from webhooks.repositories import ClaimedEvent, EventResult, ReclaimedEvent
-from webhooks.sender import PostResult, webhook_post
 
 logger = logging.getLogger(__name__)
 

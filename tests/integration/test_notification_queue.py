@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
-from delivery import worker as delivery_worker
+from delivery import upkeep as delivery_upkeep
 from delivery.repositories import DeliveryRepository, Finish
 from notifications.models import Notification, Status
 from notifications.repositories import ListFilters, NotificationRepository
@@ -336,7 +336,8 @@ def worker_after_a_drain(workers) -> tuple:
     burst_drained(client)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")  # the deletes, counted now
-    assert worker.queue_vacuum_after_drain() is None  # not yet dry: it has not claimed
+    worker._maintain(time.monotonic())  # its first checks, all due at start
+    assert worker.queue_vacuum.thread is None  # not yet dry: it has not claimed
     assert worker.run_once().claimed == 0
     assert queue_dead() >= 20_000
     return client, worker
@@ -352,7 +353,7 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
     meanwhile a claim of one row after a drain of 20,000 visited 451 pages of the queue and its
     indexes, against 17 once vacuumed. A worker that finds nothing due, and more than 10,000
     dead rows in the queue and more dead than live, vacuums it from a thread of its own
-    (delivery.worker.QUEUE_VACUUM_DEAD_ROWS)."""
+    (delivery.upkeep.QUEUE_VACUUM_DEAD_ROWS)."""
     client, worker = worker_after_a_drain(workers)
 
     def claim_visits() -> int:
@@ -368,7 +369,7 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
 
     caplog.set_level("INFO", logger="notifyqueue.delivery")
     sessions = database_sessions()
-    vacuum = worker.queue_vacuum_after_drain()
+    vacuum = worker.queue_vacuum.run_once()
     assert vacuum is not None
     vacuum.join(timeout=30)
     assert not vacuum.is_alive()
@@ -382,7 +383,7 @@ def test_a_worker_with_nothing_due_vacuums_the_dead_rows_a_drain_left_in_the_que
     vacuumed = claim_visits()
 
     assert queue_dead() < 10
-    assert worker.queue_vacuum_after_drain() is None  # nothing left to vacuum
+    assert worker.queue_vacuum.run_once() is None  # nothing left to vacuum
     assert left_by_the_drain > 200 and vacuumed < 50, (left_by_the_drain, vacuumed)
 
 
@@ -430,7 +431,7 @@ def test_a_worker_with_nothing_due_vacuums_the_webhook_queue_a_burst_of_deliveri
 
     left_by_the_deliveries = claim_visits()
     caplog.set_level("INFO", logger="notifyqueue.delivery")
-    vacuum = worker.queue_vacuum_after_drain()
+    vacuum = worker.queue_vacuum.run_once()
     assert vacuum is not None
     vacuum.join(timeout=30)
     [logged] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("queue vac")]
@@ -438,7 +439,7 @@ def test_a_worker_with_nothing_due_vacuums_the_webhook_queue_a_burst_of_deliveri
     assert int(re.search(r"dead_after=(\d+) ", logged)[1]) < 10, logged
     vacuumed = claim_visits()
 
-    assert worker.queue_vacuum_after_drain() is None  # nothing left to vacuum
+    assert worker.queue_vacuum.run_once() is None  # nothing left to vacuum
     assert left_by_the_deliveries > 200 and vacuumed < 50, (left_by_the_deliveries, vacuumed)
 
 
@@ -451,22 +452,22 @@ def test_a_worker_finding_the_queue_held_skips_its_vacuum_and_waits_before_the_n
     says so (the dead rows are still there), and it is not tried again until
     QUEUE_VACUUM_RETRY_S has passed (a role that may not vacuum the queue, not its owner, would
     otherwise try every second)."""
-    monkeypatch.setattr(delivery_worker, "QUEUE_VACUUM_RETRY_S", 1.0)
+    monkeypatch.setattr(delivery_upkeep, "QUEUE_VACUUM_RETRY_S", 1.0)
     caplog.set_level("INFO", logger="notifyqueue.delivery")
     _, worker = worker_after_a_drain(workers)
 
     with psycopg.connect(database_url) as holder:  # its transaction holds VACUUM's lock
         holder.execute("LOCK TABLE notification_queue IN SHARE UPDATE EXCLUSIVE MODE")
-        skipped = worker.queue_vacuum_after_drain()
+        skipped = worker.queue_vacuum.run_once()
         assert skipped is not None
         skipped.join(timeout=30)
         assert not skipped.is_alive()
-        assert worker.queue_vacuum_after_drain() is None  # not again at once
+        assert worker.queue_vacuum.run_once() is None  # not again at once
     [logged] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("queue vac")]
     assert int(re.search(r"dead_after=(\d+) ", logged)[1]) >= 20_000, logged
 
     time.sleep(1.1)  # the retry interval, shortened above
-    vacuum = worker.queue_vacuum_after_drain()
+    vacuum = worker.queue_vacuum.run_once()
     assert vacuum is not None
     vacuum.join(timeout=30)
     assert queue_dead() < 10

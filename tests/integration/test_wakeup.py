@@ -74,14 +74,16 @@ def test_a_dead_workers_mark_is_cleared_at_a_live_workers_heartbeat(listener):
             "WHERE worker_id = 'dead'"
         )
     alive = worker_build()
-    alive.heartbeat()
+    assert alive.heartbeat.run_once(delivered=0, waiting=False) == 1  # the dead one's
     assert not WorkerHeartbeat.objects.get(worker_id="dead").waiting
     NotificationFactory()
     assert not listener()
 
     alive._waiting_mark()
     WorkerHeartbeat.objects.filter(worker_id=alive.worker_id).update(waiting=False)
-    alive.heartbeat()  # taken for dead while stalled: its next heartbeat restates the mark
+    # Taken for dead while stalled: its next turn's heartbeat restates the mark.
+    alive._next_maintenance = 0.0
+    alive._maintain(time.monotonic())
     assert WorkerHeartbeat.objects.get(worker_id=alive.worker_id).waiting
     NotificationFactory()
     assert listener()

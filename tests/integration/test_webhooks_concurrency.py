@@ -26,8 +26,8 @@ from tests.support.webhook_factories import WebhookEventFactory
 from tests.support.webhook_receiver import Reply, WebhookReceiver
 from webhooks import repositories
 from webhooks.models import AttemptOutcome, DeliveryState, WebhookEvent
+from webhooks.sender import WebhookSender
 from webhooks.services import webhook_events_deliver_due, webhook_events_reclaim_expired
-from webhooks.worker import WebhookSender
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
 import time
@@ -192,7 +191,7 @@ def test_heartbeat_row_tracks_a_live_worker(close_workers):
 
     worker = worker_build()
     close_workers(worker)
-    worker.heartbeat()
+    assert worker.heartbeat.run_once(delivered=0, waiting=False) == 0  # no stale marks
     beat = WorkerHeartbeat.objects.get(worker_id=worker.worker_id)
     assert beat.stopped_at is None
     assert timezone.now() - beat.last_seen_at < timedelta(seconds=5)
@@ -261,7 +260,7 @@ def test_concurrency_is_the_number_of_deliveries_in_flight_at_once():
 
 def test_a_stuck_webhook_receiver_does_not_hold_up_notification_delivery(settings):
     from tests.support.webhook_receiver import Reply, WebhookReceiver
-    from webhooks.worker import WebhookSender
+    from webhooks.sender import WebhookSender
 
     settings.NOTIFYQUEUE_WEBHOOK_ALLOW_PRIVATE = True
     settings.NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS = 30
@@ -444,11 +443,13 @@ def test_a_claim_too_old_to_start_is_given_back_without_using_an_attempt(close_w
             return admitted
 
     notification = NotificationFactory()
-    worker = worker_build(concurrency=1, claim_timeout_s=0.4)
-    worker.config = dataclasses.replace(
-        worker.config, send_timeout_s=0.2, rate_limit=RateLimit(limit=10, window_s=60)
+    worker = worker_build(
+        concurrency=1,
+        claim_timeout_s=0.4,
+        send_timeout_s=0.2,
+        rate_limit=RateLimit(limit=10, window_s=60),
+        rate_limits=SlowRateLimits(),
     )
-    worker.rate_limits = SlowRateLimits()
     close_workers(worker)
     assert worker.run_once().claimed == 1
     worker.stop()
@@ -476,9 +477,11 @@ def test_a_database_error_in_the_send_time_checks_is_a_failed_attempt_not_a_send
 
     notification = NotificationFactory()
     clock.now = timezone.now()
-    worker = worker_build(concurrency=1)
-    worker.config = dataclasses.replace(worker.config, rate_limit=RateLimit(limit=10, window_s=60))
-    worker.rate_limits = UnreachableRateLimits()
+    worker = worker_build(
+        concurrency=1,
+        rate_limit=RateLimit(limit=10, window_s=60),
+        rate_limits=UnreachableRateLimits(),
+    )
     close_workers(worker)
     assert worker.run_once().claimed == 1
     worker.stop()  # no further claims: just collect this one
@@ -514,9 +517,12 @@ def test_a_failed_admission_of_a_whole_claim_is_retried_row_by_row(clock, close_
     good = NotificationFactory.create_batch(3, client=client)
     poison = NotificationFactory(client=client, recipient="poison@example.com")
     clock.now = timezone.now()
-    worker = worker_build(concurrency=4, batch_size=4)
-    worker.config = dataclasses.replace(worker.config, rate_limit=RateLimit(limit=10, window_s=60))
-    worker.rate_limits = BatchFailing()
+    worker = worker_build(
+        concurrency=4,
+        batch_size=4,
+        rate_limit=RateLimit(limit=10, window_s=60),
+        rate_limits=BatchFailing(),
+    )
     close_workers(worker)
     assert worker.run_once().claimed == 4
     worker.stop()
@@ -549,17 +555,19 @@ def test_a_stop_during_the_send_time_checks_gives_the_claim_back_unsent(close_wo
     from ratelimits.repositories import RateLimitRepository
     from ratelimits.services import RateLimit
 
-    worker = worker_build(concurrency=4, batch_size=4)
-
     class StoppedMidway(RateLimitRepository):
         def recipients_admit(self, **kwargs):
             admitted = super().recipients_admit(**kwargs)
             worker.stop()
             return admitted
 
+    worker = worker_build(
+        concurrency=4,
+        batch_size=4,
+        rate_limit=RateLimit(limit=10, window_s=60),
+        rate_limits=StoppedMidway(),
+    )
     notifications = NotificationFactory.create_batch(3, client=ClientFactory())
-    worker.config = dataclasses.replace(worker.config, rate_limit=RateLimit(limit=10, window_s=60))
-    worker.rate_limits = StoppedMidway()
     close_workers(worker)
     assert worker.run_once().claimed == 3
     for notification in notifications:
@@ -574,7 +582,8 @@ def test_a_busy_worker_checks_the_statistics_every_second_and_beats_at_its_heart
     """The statistics check has its own timer (STATISTICS_CHECK_S): a burst drains in seconds,
     and a check only at the heartbeat let it be claimed with an empty queue's plans."""
     from delivery.services import RetryPolicy
-    from delivery.worker import STATISTICS_CHECK_S, Worker, WorkerConfig
+    from delivery.upkeep import STATISTICS_CHECK_S
+    from delivery.worker import Worker, WorkerConfig
 
     worker = Worker(
         providers=simulated_providers(),
@@ -582,9 +591,9 @@ def test_a_busy_worker_checks_the_statistics_every_second_and_beats_at_its_heart
         policy=RetryPolicy(base_s=0.5, max_s=60.0),
     )
     calls = []
-    worker.heartbeat = lambda: calls.append("heartbeat")
-    worker.reclaim_expired = lambda: calls.append("reclaim") and 0
-    worker.statistics_refresh = lambda **_: calls.append("statistics") or []
+    worker.heartbeat.run_once = lambda **_: calls.append("heartbeat") or 0
+    worker.reclaimer.run_once = lambda: calls.append("reclaim") and 0
+    worker.statistics.run_once = lambda **_: calls.append("statistics") or []
 
     for now in (1000.0, 1000.0 + STATISTICS_CHECK_S / 2, 1000.0 + STATISTICS_CHECK_S * 1.5):
         worker._maintain(now)
@@ -602,7 +611,7 @@ def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check(queue_wi
     reset the counter this test reads before the worker's refresh runs.)"""
     from django.db import connection
 
-    from delivery.worker import STATISTICS_STALE_ROWS
+    from delivery.upkeep import STATISTICS_STALE_ROWS
 
     def changes_since_analyze() -> int:
         with connection.cursor() as cursor:
@@ -619,7 +628,7 @@ def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check(queue_wi
     while changes_since_analyze() <= STATISTICS_STALE_ROWS:
         assert time.monotonic() < deadline, "the counters never reached pg_stat_user_tables"
         time.sleep(0.1)  # they get there at the end of a transaction
-    refreshed = worker.statistics_refresh()
+    refreshed = worker.statistics.run_once()
     assert "notification_queue" in refreshed
     assert "notification" not in refreshed  # the record is read by primary key only
     assert changes_since_analyze() < STATISTICS_STALE_ROWS
@@ -631,7 +640,7 @@ def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check(queue_wi
             "WHERE tablename = 'notification_queue' AND attname = 'id'"
         )
         assert cursor.fetchone()[0] <= 11
-    assert "notification_queue" not in worker.statistics_refresh()  # nothing changed since
+    assert "notification_queue" not in worker.statistics.run_once()  # nothing changed since
 
 
 def test_the_statistics_refresh_skips_a_table_autovacuum_holds_instead_of_waiting(

@@ -183,8 +183,7 @@ def test_an_error_after_the_provider_answered_still_records_the_answer(workers):
             return PermanentFailure("no such mailbox")
 
     notification = NotificationFactory(fallback_channels=["sms"])
-    worker = worker_build(providers={"email": Rejecting()}, concurrency=1)
-    worker.router = BrokenRouter()
+    worker = worker_build(providers={"email": Rejecting()}, concurrency=1, router=BrokenRouter())
     workers(worker)
     assert worker.run_once().claimed == 1
     while worker.run_once(wait_s=0.5).in_flight:

@@ -8,8 +8,10 @@ import random
 from delivery.circuits.services import CircuitPolicy
 from delivery.providers.in_app import InAppProvider
 from delivery.providers.simulated import SimulatedProvider
-from delivery.services import RetryPolicy
+from delivery.services import RetryPolicy, Router
 from delivery.worker import Worker, WorkerConfig
+from ratelimits.repositories import RateLimitRepository
+from ratelimits.services import RateLimit
 from tests.support.clock import DbClock
 
 # The database's clock, moved by the test (see tests/support/clock.py).
@@ -30,6 +32,10 @@ def worker_build(
     policy: RetryPolicy | None = None,
     worker_id: str | None = None,
     circuit: CircuitPolicy | None = None,
+    rate_limit: RateLimit | None = None,
+    send_timeout_s: float = 0.0,
+    rate_limits: RateLimitRepository | None = None,
+    router: Router | None = None,
 ) -> Worker:
     return Worker(
         providers=providers or simulated_providers(),
@@ -40,8 +46,12 @@ def worker_build(
             poll_interval_s=0.05,
             heartbeat_s=0.2,
             circuit=circuit,
+            rate_limit=rate_limit,
+            send_timeout_s=send_timeout_s,
         ),
         policy=policy or RetryPolicy(base_s=0.5, max_s=60.0),
         rng=random.Random(7),
         worker_id=worker_id,
+        rate_limits=rate_limits,
+        router=router,
     )

@@ -16,7 +16,7 @@ from delivery.providers import providers_from_settings
 from delivery.services import RetryPolicy
 from delivery.worker import Worker, WorkerConfig
 from ratelimits.services import RateLimit
-from webhooks.worker import WebhookSender
+from webhooks.sender import WebhookSender
 
 
 def positive_int(value: str) -> int:

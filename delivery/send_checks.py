@@ -1,0 +1,214 @@
+"""The send-time checks: what a claimed notification passes between its claim and its
+provider call, one stage each, in the contract's order (preferences, suppression, expiry,
+quiet hours, rate limit, circuit, send; the stages built here are those the product has).
+
+Every stage but the circuit takes the claims that passed the one before and returns those
+that go on, each other one having ended here: its result handed to `end` (to be recorded with
+the step's others) or, for a database error, to `fail` (a failed attempt, nothing sent); the
+rate limit's deferrals are settled by its own statement. A new check is one more stage in
+`send_checks_build`, at its place in that order. The circuit comes last and per claim, just
+before its call, as its half-open probe admits the very call that follows it
+(`CircuitStage`).
+
+Invariants: the rate limit admits the whole claim in one statement (a row at a time only
+after that statement failed); a stage costs nothing per claim that it does not concern; no
+stage holds a lock or a transaction open after it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from django.db import DatabaseError
+
+from delivery.circuits.services import Allowed, Circuit, Refused
+from delivery.repositories import Claim, Finish
+from delivery.services import Router, claim_recheck
+from delivery.upkeep import WindowPruner
+from monitoring.metrics import DELIVERY as metrics
+from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
+from ratelimits.services import RateLimit, recipients_admit
+
+log = logging.getLogger("notifyqueue.delivery")
+
+# What a stage does with a claim that ends in it.
+End = Callable[[Finish], None]
+Fail = Callable[[Claim, DatabaseError], None]
+
+
+class ClaimStage(Protocol):
+    def passing(self, claims: list[Claim]) -> list[Claim]:
+        """The claims that go on to the next stage, in their order; each of the others ended
+        here."""
+        ...
+
+
+class SendChecks:
+    """The stages before the circuit, run in order over a whole claim."""
+
+    def __init__(self, stages: Sequence[ClaimStage]) -> None:
+        self.stages = tuple(stages)
+
+    def passing(self, claims: list[Claim]) -> list[Claim]:
+        for stage in self.stages:
+            claims = stage.passing(claims)
+        return claims
+
+
+class PreferencesStage:
+    """A preference-mode claim is checked against the user's current preferences: sent
+    (possibly at a new address), or ended here (switched to a fallback or SUPPRESSED)."""
+
+    def __init__(self, *, router: Router, end: End, fail: Fail, worker_id: str) -> None:
+        self.router = router
+        self.end = end
+        self.fail = fail
+        self.worker_id = worker_id
+
+    def passing(self, claims: list[Claim]) -> list[Claim]:
+        return [claim for claim in map(self._recheck, claims) if claim is not None]
+
+    def _recheck(self, claim: Claim) -> Claim | None:
+        if claim.user_id is None:
+            return claim
+        try:
+            rechecked = claim_recheck(claim, router=self.router)
+        except DatabaseError as exc:
+            self.fail(claim, exc)
+            return None
+        if isinstance(rechecked, Finish):
+            log.debug(
+                "preferences changed notification=%s client=%s channel=%s status=%s "
+                "next_channel=%s worker=%s",
+                claim.id,
+                claim.client_id,
+                claim.channel,
+                rechecked.status,
+                rechecked.channel,
+                self.worker_id,
+            )
+            self.end(rechecked)
+            return None
+        return rechecked
+
+
+class RateLimitStage:
+    """The claims the recipients' rate limits admit, in one statement for the claim; the
+    others were deferred (settled in the database) or lost their claim meanwhile."""
+
+    def __init__(
+        self,
+        *,
+        rate_limit: RateLimit,
+        repository: RateLimitRepository,
+        pruner: WindowPruner,
+        fail: Fail,
+        deferred: Callable[[], None],
+        worker_id: str,
+    ) -> None:
+        self.rate_limit = rate_limit
+        self.repository = repository
+        self.pruner = pruner
+        self.fail = fail
+        self.deferred = deferred
+        self.worker_id = worker_id
+
+    def passing(self, claims: list[Claim]) -> list[Claim]:
+        if not claims:
+            return claims
+        try:
+            admissions = recipients_admit(
+                claims, rate_limit=self.rate_limit, repository=self.repository
+            )
+        except DatabaseError as exc:
+            admissions = self._admit_one_by_one(claims, exc)
+        admitted = []
+        for claim in claims:
+            admission = admissions.get(claim.id)
+            if isinstance(admission, Admitted):
+                admitted.append(claim)
+            elif isinstance(admission, Deferred):
+                self.deferred()
+                metrics.rate_limit_deferred(channel=claim.channel)
+                log.debug(
+                    "rate limited notification=%s client=%s channel=%s attempt=%d "
+                    "outcome=RATE_LIMITED status=PENDING due_at=%s worker=%s",
+                    claim.id,
+                    claim.client_id,
+                    claim.channel,
+                    claim.attempt_count,
+                    admission.due_at.isoformat(),
+                    self.worker_id,
+                )
+        self.pruner.admitted += len(admitted)
+        return admitted
+
+    def _admit_one_by_one(self, claims: list[Claim], exc: DatabaseError) -> dict:
+        """After the claim's admission failed: a passing error (a deadlock, a lock timeout) or
+        one bad row must not cost every row of the claim an attempt, so each is admitted on its
+        own, as the finish does; a row that fails alone too is a failed attempt."""
+        if len(claims) == 1:
+            self.fail(claims[0], exc)
+            return {}
+        log.warning("admission of a claim of %d failed (%r); one by one", len(claims), exc)
+        admissions = {}
+        for claim in claims:
+            try:
+                admissions |= recipients_admit(
+                    [claim], rate_limit=self.rate_limit, repository=self.repository
+                )
+            except DatabaseError as row_exc:
+                self.fail(claim, row_exc)
+        return admissions
+
+
+class CircuitStage:
+    """The provider's circuit breaker, asked per claim just before its call: a half-open
+    circuit's probe admits the call that follows, so nothing may come between them."""
+
+    def __init__(self, circuits: dict[str, Circuit]) -> None:
+        self.circuits = circuits
+
+    def admit(self, channel: str) -> Allowed | Refused | None:
+        """None when the channel has no circuit, or its state cannot be read."""
+        circuit = self.circuits.get(channel)
+        if circuit is None:
+            return None
+        try:
+            return circuit.admit()
+        except DatabaseError:
+            # The breaker is an optimisation; without its state, call the provider.
+            log.exception("circuit %s unreadable; calling the provider", circuit.name)
+            return None
+
+
+def send_checks_build(
+    *,
+    router: Router,
+    rate_limit: RateLimit | None,
+    rate_limits: RateLimitRepository,
+    pruner: WindowPruner | None,
+    end: End,
+    fail: Fail,
+    deferred: Callable[[], None],
+    worker_id: str,
+) -> SendChecks:
+    """The stages before the circuit, in the contract's order; without a rate limit
+    (`rate_limit` None) that stage is left out."""
+    stages: list[ClaimStage] = [
+        PreferencesStage(router=router, end=end, fail=fail, worker_id=worker_id)
+    ]
+    if rate_limit is not None and pruner is not None:
+        stages.append(
+            RateLimitStage(
+                rate_limit=rate_limit,
+                repository=rate_limits,
+                pruner=pruner,
+                fail=fail,
+                deferred=deferred,
+                worker_id=worker_id,
+            )
+        )
+    return SendChecks(stages)

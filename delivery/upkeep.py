@@ -1,0 +1,217 @@
+"""The delivery worker's database upkeep: one service per job, each with a `run_once()` that
+does it once and returns what it did. The worker's loop (delivery/worker.py) calls each on
+its own interval; nothing here decides when.
+
+- `Heartbeat`: the worker's row, and the wake-up marks of workers not seen for a while;
+- `ClaimReclaimer`: claims that expired (their worker died or stalled) back to the queue;
+- `WindowPruner`: rate-window rows that left every window, a bounded statement at a time;
+- `StatisticsRefresher`: ANALYZE of a hot table whose statistics fell behind;
+- `QueueVacuumer`: VACUUM of a queue table a drain left full of dead rows.
+
+Invariants: every decision about time is the database's (the statements read
+notifyqueue_now()); the refresher and the vacuumer are only optimisations, so their errors are
+logged and never stop the worker; the vacuum runs on a thread with a connection of its own,
+one such thread a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+
+from django.db import DatabaseError, connection
+
+from delivery.repositories import DeliveryRepository, QueueRows
+from ratelimits.repositories import RateLimitRepository
+
+log = logging.getLogger("notifyqueue.delivery")
+
+# A hot table changed by more rows than this, and than this fraction of its rows, since its
+# last ANALYZE is analyzed at the next check (see StatisticsRefresher), which a running worker
+# makes every STATISTICS_CHECK_S: a burst into a queue whose statistics say it is empty is
+# claimed with plans that sort the whole burst on every claim until then (17-19 ms a claim of
+# 100 at 9,000 waiting), and a burst of tens of thousands drains in a few seconds.
+STATISTICS_STALE_ROWS = 2_000
+STATISTICS_STALE_FRACTION = 0.01
+STATISTICS_CHECK_S = 1.0
+# A finished row leaves its queue table, but its index entries stay until VACUUM removes them,
+# and every claim steps over them: after a drain of 40,000 rows a claim of one row visited 470
+# pages of queue_pending_client instead of 4, the webhook sender's after 20,000 deliveries 923
+# of webhook_queue instead of 17. Autovacuum comes round within its naptime (a minute by
+# default), later while its workers are busy with the large tables. A dry worker (nothing due)
+# that finds more dead rows in a queue table than this, and more dead than live, vacuums it
+# itself at that check, from a thread of its own (see QueueVacuumer).
+QUEUE_VACUUM_DEAD_ROWS = 10_000
+# After a VACUUM that left most of the dead rows (another's pass held the queue, or the role may
+# not vacuum it: only the tables' owner may), the worker waits this long before trying again.
+QUEUE_VACUUM_RETRY_S = 60.0
+# A worker not seen for this many heartbeats (and this long) is taken for dead: its wake-up
+# mark is cleared (see Heartbeat).
+WAITING_STALE_HEARTBEATS = 3
+WAITING_STALE_MIN_S = 60.0
+
+
+class Heartbeat:
+    def __init__(self, *, repository: DeliveryRepository, worker_id: str, interval_s: float):
+        self.repository = repository
+        self.worker_id = worker_id
+        self.interval_s = interval_s
+
+    def run_once(self, *, delivered: int, waiting: bool) -> int:
+        """Writes the worker's row (with its wake-up mark, `waiting`), and clears the marks of
+        workers not seen for WAITING_STALE_HEARTBEATS heartbeats (at least
+        WAITING_STALE_MIN_S): a worker killed outright leaves its mark behind, and the creates
+        would notify for it for ever. A live worker taken for dead (stalled that long)
+        restates its mark at its next heartbeat; until then its poll finds new rows. Returns
+        how many marks were cleared."""
+        self.repository.worker_heartbeat(
+            worker=self.worker_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            delivered=delivered,
+            waiting=waiting,
+        )
+        return self.repository.worker_waiting_clear_stale(
+            seconds=max(WAITING_STALE_HEARTBEATS * self.interval_s, WAITING_STALE_MIN_S)
+        )
+
+
+class ClaimReclaimer:
+    def __init__(self, *, repository: DeliveryRepository, worker_id: str) -> None:
+        self.repository = repository
+        self.worker_id = worker_id
+
+    def run_once(self) -> int:
+        """Returns expired claims of dead or stalled workers to the queue; how many."""
+        reclaimed = self.repository.notification_reclaim_expired()
+        for row in reclaimed:
+            log.warning(
+                "claim expired notification=%s status=%s worker=%s",
+                row.id,
+                row.status,
+                self.worker_id,
+            )
+        return len(reclaimed)
+
+
+class WindowPruner:
+    """Deletes rate-window rows that left every window, at most `batch` a statement. Runs at
+    each heartbeat and, in the loop, whenever the worker has admitted another `batch`
+    deliveries since (`admitted`, counted by the rate-limit stage; `due`): rows leave the
+    window at the rate they were admitted a window ago, so the prune keeps pace with the
+    deliveries one bounded statement at a time (one a heartbeat fell behind above `batch` /
+    heartbeat_s = 2,000 deliveries a second a worker)."""
+
+    def __init__(self, *, repository: RateLimitRepository, window_s: float, batch: int) -> None:
+        self.repository = repository
+        self.window_s = window_s
+        self.batch = batch
+        # Deliveries admitted since the last prune.
+        self.admitted = 0
+
+    @property
+    def due(self) -> bool:
+        return self.admitted >= self.batch
+
+    def run_once(self) -> int:
+        """One statement; returns how many window rows it deleted."""
+        pruned = self.repository.ratelimit_prune(window_s=self.window_s, limit=self.batch)
+        # Counted off once done: a prune the database refused is run again at the next turn.
+        self.admitted = max(0, self.admitted - self.batch)
+        return pruned
+
+
+class StatisticsRefresher:
+    def __init__(self, *, repository: DeliveryRepository, worker_id: str) -> None:
+        self.repository = repository
+        self.worker_id = worker_id
+
+    def run_once(self, *, queue_rows: int = 0) -> list[str]:
+        """Keeps the planner's picture of the hot tables within STATISTICS_STALE_ROWS changes
+        (and STATISTICS_STALE_FRACTION of the table) of the truth, and the queue's row count
+        at least `queue_rows` (what a claim just took from it), so a burst of due rows does
+        not make every claim read the whole backlog until autoanalyze comes round. Returns
+        the tables analyzed. Only an optimisation: errors are logged."""
+        try:
+            refreshed = self.repository.statistics_refresh(
+                changes=STATISTICS_STALE_ROWS,
+                fraction=STATISTICS_STALE_FRACTION,
+                queue_rows=queue_rows,
+            )
+        except DatabaseError:
+            log.exception("statistics not refreshed worker=%s", self.worker_id)
+            return []
+        if refreshed:
+            tables = ",".join(refreshed)
+            log.info("statistics refreshed tables=%s worker=%s", tables, self.worker_id)
+        return refreshed
+
+
+class QueueVacuumer:
+    def __init__(self, *, repository: DeliveryRepository, worker_id: str) -> None:
+        self.repository = repository
+        self.worker_id = worker_id
+        # The thread vacuuming, while it runs.
+        self.thread: threading.Thread | None = None
+        self._not_before = 0.0
+
+    def run_once(self) -> threading.Thread | None:
+        """Starts a VACUUM of each queue table (QUEUE_TABLES: the notifications' and the
+        webhook events') that holds more than QUEUE_VACUUM_DEAD_ROWS dead rows and more dead
+        than live, what a drained burst leaves; the worker calls it once it found nothing due.
+        The VACUUMs run one after the other in a thread with a database connection of its own,
+        closed when it ends, so the loop goes on claiming; one such thread at a time a worker,
+        and across workers and autovacuum one pass on a table at a time too (each skips a
+        table another is vacuuming). A pass that left most of a table's dead rows keeps the
+        worker from trying again for QUEUE_VACUUM_RETRY_S. Returns the thread, or None. Only
+        an optimisation: errors are logged."""
+        if self.thread is not None and self.thread.is_alive():
+            return None
+        if time.monotonic() < self._not_before:
+            return None
+        try:
+            counted = self.repository.queues_dead_and_live()
+        except DatabaseError:
+            log.exception("queue's dead rows not counted worker=%s", self.worker_id)
+            return None
+        dead = [
+            rows for rows in counted.values() if rows.dead > max(QUEUE_VACUUM_DEAD_ROWS, rows.live)
+        ]
+        if not dead:
+            return None
+        self.thread = threading.Thread(
+            target=self._vacuum, args=(dead,), name="queue-vacuum", daemon=True
+        )
+        self.thread.start()
+        return self.thread
+
+    def join(self, *, timeout: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout=timeout)
+
+    def _vacuum(self, queues: list[QueueRows]) -> None:
+        try:
+            for before in queues:
+                started = time.monotonic()
+                self.repository.queue_vacuum(before.table)
+                # Counted again: a VACUUM that found the table held by another's did nothing.
+                after = self.repository.queues_dead_and_live()[before.table]
+                if after.dead > before.dead // 2:
+                    self._not_before = time.monotonic() + QUEUE_VACUUM_RETRY_S
+                log.info(
+                    "queue vacuum table=%s dead=%d dead_after=%d live=%d seconds=%.2f worker=%s",
+                    before.table,
+                    before.dead,
+                    after.dead,
+                    after.live,
+                    time.monotonic() - started,
+                    self.worker_id,
+                )
+        except DatabaseError:
+            log.exception("queue not vacuumed worker=%s", self.worker_id)
+            self._not_before = time.monotonic() + QUEUE_VACUUM_RETRY_S
+        finally:
+            connection.close()  # this thread's own

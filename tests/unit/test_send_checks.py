@@ -1,0 +1,199 @@
+"""The send-time stages (delivery/send_checks.py) over in-memory stand-ins: their order, what
+each lets through, and where a claim that ends in one goes. No database."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from django.db import OperationalError
+
+from delivery.repositories import Claim, Finish
+from delivery.send_checks import (
+    CircuitStage,
+    PreferencesStage,
+    RateLimitStage,
+    SendChecks,
+    send_checks_build,
+)
+from delivery.services import Route
+from delivery.upkeep import WindowPruner
+from notifications.models import Status
+from ratelimits.repositories import Deferred
+from ratelimits.services import RateLimit
+
+LATER = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def claim(**overrides) -> Claim:
+    fields = {
+        "id": uuid.uuid4(),
+        "claim_token": uuid.uuid4(),
+        "client_id": uuid.uuid4(),
+        "channel": "email",
+        "recipient": "ada@example.com",
+        "subject": "Shipped",
+        "body": "A-17 shipped",
+        "metadata": {},
+        "priority": 2,
+        "attempt_count": 1,
+        "max_attempts": 3,
+    }
+    return Claim(**{**fields, **overrides})
+
+
+class Ended:
+    """Collects what the stages hand back: claims that ended, and those whose checks failed."""
+
+    def __init__(self) -> None:
+        self.finishes: list[Finish] = []
+        self.failed: list[tuple[Claim, Exception]] = []
+        self.deferred = 0
+
+    def end(self, finish: Finish) -> None:
+        self.finishes.append(finish)
+
+    def fail(self, claim: Claim, exc: Exception) -> None:
+        self.failed.append((claim, exc))
+
+    def defer(self) -> None:
+        self.deferred += 1
+
+
+class Router:
+    def __init__(self, current: Route | None = None, error: Exception | None = None) -> None:
+        self.current, self.error = current, error
+        self.asked: list[uuid.UUID] = []
+
+    def route_current(self, claim):
+        self.asked.append(claim.id)
+        if self.error:
+            raise self.error
+        return self.current
+
+    def route_next(self, claim):
+        return None
+
+
+class Limits:
+    """Admits every claim but those to `full` recipients, which it defers; counts its calls."""
+
+    def __init__(self, full: frozenset[str] = frozenset(), error: Exception | None = None):
+        self.full, self.error = full, error
+        self.whole_claim_calls: list[int] = []
+
+    def recipients_admit(self, *, claims, limit, window_s):
+        self.whole_claim_calls.append(len(claims))
+        if self.error:
+            raise self.error
+        return {c.notification_id for c in claims if c.recipient not in self.full}
+
+    def recipient_admit(self, **kwargs):
+        return Deferred(LATER)
+
+
+def rate_limit_stage(limits: Limits, ended: Ended) -> tuple[RateLimitStage, WindowPruner]:
+    pruner = WindowPruner(repository=limits, window_s=60, batch=3)
+    stage = RateLimitStage(
+        rate_limit=RateLimit(limit=10, window_s=60),
+        repository=limits,
+        pruner=pruner,
+        fail=ended.fail,
+        deferred=ended.defer,
+        worker_id="w",
+    )
+    return stage, pruner
+
+
+def test_the_stages_run_in_order_each_over_what_the_one_before_let_through():
+    seen: list[tuple[str, list[str]]] = []
+
+    class Dropping:
+        def __init__(self, name: str, drop: str) -> None:
+            self.name, self.drop = name, drop
+
+        def passing(self, claims):
+            seen.append((self.name, [c.recipient for c in claims]))
+            return [c for c in claims if c.recipient != self.drop]
+
+    claims = [claim(recipient=r) for r in ("a", "b", "c")]
+    checks = SendChecks([Dropping("first", "a"), Dropping("second", "b")])
+    assert [c.recipient for c in checks.passing(claims)] == ["c"]
+    assert seen == [("first", ["a", "b", "c"]), ("second", ["b", "c"])]
+
+
+def test_the_checks_are_preferences_then_the_rate_limit_and_without_a_limit_preferences_only():
+    ended = Ended()
+    common = {"router": Router(), "rate_limits": Limits(), "worker_id": "w"}
+    callbacks = {"end": ended.end, "fail": ended.fail, "deferred": ended.defer}
+    pruner = WindowPruner(repository=Limits(), window_s=60, batch=3)
+    limited = send_checks_build(rate_limit=RateLimit(10, 60), pruner=pruner, **common, **callbacks)
+    assert [type(s) for s in limited.stages] == [PreferencesStage, RateLimitStage]
+    unlimited = send_checks_build(rate_limit=None, pruner=None, **common, **callbacks)
+    assert [type(s) for s in unlimited.stages] == [PreferencesStage]
+
+
+def test_a_claim_for_a_direct_recipient_passes_the_preferences_stage_without_a_look_up():
+    router, ended = Router(error=AssertionError("looked up")), Ended()
+    stage = PreferencesStage(router=router, end=ended.end, fail=ended.fail, worker_id="w")
+    direct = claim()
+    assert stage.passing([direct]) == [direct]
+    assert router.asked == []
+
+
+def test_a_claim_the_users_preferences_no_longer_allow_ends_in_the_preferences_stage():
+    ended = Ended()
+    moved = Route("email", "new@example.com", "Shipped", "A-17", ())
+    router = Router(current=moved)
+    stage = PreferencesStage(router=router, end=ended.end, fail=ended.fail, worker_id="w")
+    allowed = claim(user_id="u-1", template="order_shipped", payload={})
+    assert [c.recipient for c in stage.passing([allowed])] == ["new@example.com"]
+
+    router.current = None  # opted out, no fallback
+    opted_out = claim(user_id="u-2", template="order_shipped", payload={})
+    assert stage.passing([opted_out]) == []
+    [finish] = ended.finishes
+    assert (finish.id, finish.status) == (opted_out.id, Status.SUPPRESSED)
+
+
+def test_a_database_error_in_the_preferences_look_up_is_a_failed_check_not_a_pass():
+    ended, error = Ended(), OperationalError("server closed the connection")
+    stage = PreferencesStage(
+        router=Router(error=error), end=ended.end, fail=ended.fail, worker_id="w"
+    )
+    broken = claim(user_id="u-1", template="order_shipped", payload={})
+    assert stage.passing([broken]) == []
+    assert ended.failed == [(broken, error)]
+
+
+def test_the_rate_limit_admits_a_whole_claim_in_one_call_and_counts_it_towards_the_prune():
+    limits, ended = Limits(full=frozenset({"busy@example.com"})), Ended()
+    stage, pruner = rate_limit_stage(limits, ended)
+    claims = [claim(), claim(recipient="busy@example.com"), claim(), claim()]
+    admitted = stage.passing(claims)
+    assert admitted == [claims[0], claims[2], claims[3]]
+    assert limits.whole_claim_calls == [4]
+    assert ended.deferred == 1
+    assert pruner.admitted == 3 and pruner.due
+
+
+def test_a_failed_admission_of_one_claim_is_a_failed_check_for_it():
+    error = OperationalError("deadlock detected")
+    limits, ended = Limits(error=error), Ended()
+    stage, pruner = rate_limit_stage(limits, ended)
+    only = claim()
+    assert stage.passing([only]) == []
+    assert ended.failed == [(only, error)]
+    assert pruner.admitted == 0
+
+
+def test_an_unreadable_circuit_lets_the_call_through():
+    class Unreadable:
+        name = "email:http"
+
+        def admit(self):
+            raise OperationalError("circuit row locked")
+
+    stage = CircuitStage({"email": Unreadable()})
+    assert stage.admit("email") is None
+    assert stage.admit("sms") is None  # no circuit for the channel
