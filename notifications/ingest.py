@@ -33,19 +33,22 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 from django.conf import settings
-from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.serializers import ValidationError
 
-from clients.authentication import forget_key, remembered_key, usable_key
+from clients.authentication import (
+    KEYWORD,
+    api_key_authenticate,
+    forget_key,
+    remembered_key,
+)
 from clients.repositories import KeyRow
 from clients.throttling import request_refused
 from notifications import services
-from notifications.repositories import KeyCheck, KeyCheckFailed, NotificationRecord
+from notifications.repositories import KeyCheck, NotificationRecord
 from notifications.serializers import (
     DELAY_SECONDS_MAX,
     JSON_FIELD_MAX_DEPTH,
@@ -80,6 +83,8 @@ _JSON_TYPES = frozenset(
 # Accept values that DRF's negotiation answers with plain `application/json` (no parameters).
 _ACCEPT_JSON = frozenset({"", "*/*", "application/json"})
 _NUL_ESCAPE = b"\\u0000"
+# In the environ of a request the thin path gave back to the DRF view.
+GIVEN_BACK = "notifyqueue.thin_path.given_back"
 _INVALID = object()
 _RENDERER = JSONRenderer()
 
@@ -262,6 +267,9 @@ def _json_response(data: Any, *, status: int, allow: str) -> HttpResponse:
 
 def _error_response(error: Exception, *, allow: str) -> HttpResponse:
     """The answer the DRF view gives for `error` (a DomainError or a DRF exception)."""
+    if isinstance(error, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        # As the DRF view answers them (`APIView.handle_exception`): 401, naming the scheme.
+        error.auth_header = KEYWORD
     answer = api_exception_handler(error, {})
     response = _json_response(answer.data, status=answer.status_code, allow=allow)
     for name, value in answer.items():
@@ -312,96 +320,92 @@ def _body(request: HttpRequest) -> Any:
         return _INVALID
 
 
-def _throttled(caller: KeyRow, allow: str) -> HttpResponse | None:
-    """Counts the request in the API throttle (clients/throttling.py); its 429 when refused."""
+class _Caller:
+    """The request's API key, authenticated once: looked up now (`api_key_authenticate`), or
+    remembered from an earlier request of this process (`remembered_key`), whose usability
+    the create statement checks (`services.UnconfirmedKey`); `confirm` looks such a key up
+    where that statement cannot tell. CRITICAL never takes a remembered key: its permission
+    is read with the key, before the backlog."""
+
+    __slots__ = ("check", "confirmed", "header", "row")
+
+    def __init__(self, header: str | None, *, may_remember: bool) -> None:
+        self.header = header
+        remembered = remembered_key(header) if may_remember else None
+        if remembered is None:
+            self.row = api_key_authenticate(header)
+            self.confirmed = True
+        else:
+            prefix, self.row = remembered
+            self.check = KeyCheck(prefix=prefix, hashed_key=self.row.hashed_key)
+            self.confirmed = False
+
+    def confirm(self) -> None:
+        """Looks the remembered key up; raises the API's 401 when it is no longer usable."""
+        if not self.confirmed:
+            forget_key(self.check.prefix)
+            self.row = api_key_authenticate(self.header)
+            self.confirmed = True
+
+    def admitted(self) -> None:
+        """Counts the request in the API throttle; raises its 429 when refused, once the key
+        is known usable (a key revoked since must answer 401)."""
+        try:
+            _admitted(self.row)
+        except exceptions.Throttled:
+            self.confirm()
+            raise
+
+
+def _admitted(caller: KeyRow) -> None:
+    """Counts the request in the API throttle (clients/throttling.py); raises its 429 when
+    refused."""
     wait = request_refused(caller.client_id)
-    if wait is None:
-        return None
-    return _error_response(exceptions.Throttled(wait), allow=allow)
+    if wait is not None:
+        raise exceptions.Throttled(wait)
 
 
-def _critical_refused(caller: KeyRow, fields: dict[str, Any]) -> bool:
-    return fields.get("priority") == Priority.CRITICAL and not caller.may_send_critical
+def _given_back(request: HttpRequest, drf_view: View) -> HttpResponse | None:
+    """The DRF view's answer (None under the WSGI shortcut: the long way's); marked, so that
+    the URL's view (notifications/views.py) hands it to the DRF view at once."""
+    request.META[GIVEN_BACK] = True
+    return drf_view(request)
+
+
+def given_back(request: HttpRequest) -> bool:
+    """Whether the thin path gave this request back (under the WSGI shortcut)."""
+    return GIVEN_BACK in request.META
 
 
 def create(request: HttpRequest, *, drf_view: View, allow: str) -> HttpResponse | None:
-    """POST /notifications."""
+    """POST /notifications. A request that is not plainly valid is given to the DRF view
+    before anything is authenticated, counted or written; any other is answered here, its API
+    key authenticated once and the create service called once."""
     key = request.META.get("HTTP_IDEMPOTENCY_KEY")
     if not _plain_json_request(request) or services.idempotency_key_problem(key) is not None:
-        return drf_view(request)
-    header = request.META.get("HTTP_AUTHORIZATION")
+        return _given_back(request, drf_view)
     fields = create_fields(_body(request), CREATE_FIELDS)
-    counted = False
-    renderer = services.RenderedOnce(NotificationContent())
-    if fields is not None:
-        answer, counted = _create_checked(header, key, fields, allow, renderer)
-        if answer is not None:
-            return answer
-    caller = usable_key(header)
-    if caller is None or fields is None or _critical_refused(caller, fields):
-        return drf_view(request)
-    if not counted:
-        refusal = _throttled(caller, allow)
-        if refusal is not None:
-            return refusal
+    if fields is None:
+        return _given_back(request, drf_view)
+    priority = fields.get("priority")
     try:
+        caller = _Caller(
+            request.META.get("HTTP_AUTHORIZATION"), may_remember=priority != Priority.CRITICAL
+        )
+        caller.admitted()
+        services.notification_priority_check(
+            priority=priority, may_send_critical=caller.row.may_send_critical
+        )
         result = services.notification_create(
-            client_id=caller.client_id,
+            client_id=caller.row.client_id,
             idempotency_key=key,
             request=notification_request(fields),
-            renderer=renderer,
+            renderer=NotificationContent(),
+            unconfirmed_key=None if caller.confirmed else caller,
         )
-    except DomainError as error:
+    except (DomainError, exceptions.APIException) as error:
         return _error_response(error, allow=allow)
     return _created(result, allow)
-
-
-def _create_checked(
-    header: str | None,
-    key: str,
-    fields: dict[str, Any],
-    allow: str,
-    renderer: services.TemplateRenderer,
-) -> tuple[HttpResponse | None, bool]:
-    """The create in one statement that also checks the API key, for a key this process
-    authenticated before: its 201 or 200, or None for anything else (nothing was written,
-    nothing of the client's read), and whether the API throttle counted the request. On None
-    the caller goes the long way, which authenticates first.
-
-    The throttle counts the request before the statement (from the process's reserved block,
-    clients/throttling.py, mostly without a statement); over the limit, the long way answers
-    (a key revoked since must answer 401, not 429). Not for CRITICAL, whose permission is
-    checked before the backlog."""
-    if fields.get("priority") == Priority.CRITICAL:
-        return None, False
-    remembered = remembered_key(header)
-    if remembered is None:
-        return None, False
-    prefix, row = remembered
-    if request_refused(row.client_id) is not None:
-        return None, False
-    try:
-        result = services.notification_create(
-            client_id=row.client_id,
-            idempotency_key=key,
-            request=notification_request(fields),
-            renderer=renderer,
-            key_check=KeyCheck(prefix=prefix, hashed_key=row.hashed_key),
-        )
-    except KeyCheckFailed:
-        forget_key(prefix)
-        return None, True
-    except DomainError:
-        return None, True
-    except psycopg.OperationalError:
-        # A persistent connection the server closed since the last request (what Django's
-        # per-request health check finds, which this statement skips). Nothing can have been
-        # written on it; the long way reconnects.
-        if connection.in_atomic_block:
-            raise
-        connection.close()
-        return None, True
-    return _created(result, allow), True
 
 
 def _created(result: services.CreateResult, allow: str) -> HttpResponse:
@@ -419,42 +423,44 @@ def batch(
     allow: str,
     item_slow: Callable[[Any, KeyRow], services.BatchItem | DomainError],
 ) -> HttpResponse | None:
-    """POST /notifications/batch. `item_slow` validates an item that is not plainly valid with
-    the DRF item serializer (notifications/views.py), as the DRF view does."""
+    """POST /notifications/batch. As `create`: a request whose envelope is not plainly valid
+    goes to the DRF view before anything else. `item_slow` validates an item that is not
+    plainly valid with the DRF item serializer (notifications/views.py), as the DRF view
+    does."""
     if not _plain_json_request(request):
-        return drf_view(request)
-    caller = usable_key(request.META.get("HTTP_AUTHORIZATION"))
-    if caller is None:
-        return drf_view(request)
+        return _given_back(request, drf_view)
     data = _body(request)
     raw_items = data.get("notifications") if type(data) is dict and len(data) == 1 else None
     if type(raw_items) is not list or not 1 <= len(raw_items) <= 1000:
-        return drf_view(request)
-    items: list[services.BatchItem | DomainError] = []
+        return _given_back(request, drf_view)
+    checked = []
     for raw in raw_items:
         fields = create_fields(raw, BATCH_ITEM_FIELDS)
-        if fields is None:
-            # The envelope's own refusals (a null item, or nesting past the parser's limit)
-            # are the DRF view's to give, for the whole request.
-            if raw is None or 2 + json_depth(raw) > JSON_MAX_DEPTH:
-                return drf_view(request)
-            items.append(item_slow(raw, caller))
-        elif _critical_refused(caller, fields):
-            items.append(item_slow(raw, caller))
-        else:
-            items.append(
-                services.BatchItem(
-                    idempotency_key=fields["idempotency_key"], request=notification_request(fields)
-                )
-            )
-    refusal = _throttled(caller, allow)
-    if refusal is not None:
-        return refusal
+        # The envelope's own refusals (a null item, or nesting past the parser's limit) are
+        # the DRF view's to give, for the whole request.
+        if fields is None and (raw is None or 2 + json_depth(raw) > JSON_MAX_DEPTH):
+            return _given_back(request, drf_view)
+        checked.append(fields)
     try:
+        caller = _Caller(request.META.get("HTTP_AUTHORIZATION"), may_remember=False).row
+        _admitted(caller)
+        items: list[services.BatchItem | DomainError] = []
+        for raw, fields in zip(raw_items, checked, strict=True):
+            if fields is None or (
+                fields.get("priority") == Priority.CRITICAL and not caller.may_send_critical
+            ):
+                items.append(item_slow(raw, caller))
+            else:
+                items.append(
+                    services.BatchItem(
+                        idempotency_key=fields["idempotency_key"],
+                        request=notification_request(fields),
+                    )
+                )
         outcomes = services.notification_batch_create(
             client_id=caller.client_id, items=items, renderer=NotificationContent()
         )
-    except DomainError as error:
+    except (DomainError, exceptions.APIException) as error:
         return _error_response(error, allow=allow)
     return _json_response({"results": batch_results(outcomes)}, status=200, allow=allow)
 

@@ -20,7 +20,6 @@ from rest_framework.views import APIView
 from clients.permissions import IsOperator
 from monitoring.middleware import ShortcutMetrics
 from notifications import ingest, listing, retries, schema, services
-from notifications.models import Priority
 from notifications.schema import IDEMPOTENCY_HEADER
 from notifications.serializers import (
     BatchInput,
@@ -36,28 +35,6 @@ from notifications.serializers import (
 from notifyqueue.errors import InvalidRequest, error_body
 from notifyqueue.shortcuts import Shortcut, Shortcuts
 from preferences.routing import NotificationContent
-
-
-class CriticalNotAllowed(InvalidRequest):
-    """CRITICAL from a client without the permission. An InvalidRequest so that a batch item
-    carries it like any other refused item; the answer is 403, not 400."""
-
-    code = "critical_not_allowed"
-    http_status = status.HTTP_403_FORBIDDEN
-
-    def __init__(self) -> None:
-        message = (
-            "Your client may not send CRITICAL notifications; an operator can allow it "
-            "(admin, or create_client --critical)."
-        )
-        super().__init__(message, fields={"priority": [message]})
-
-
-def _priority_allowed(client, priority: Priority | None) -> None:
-    """Raises CriticalNotAllowed for CRITICAL from a client without the permission:
-    CRITICAL goes before every other client's work and skips the rate limit."""
-    if priority == Priority.CRITICAL and not getattr(client, "may_send_critical", False):
-        raise CriticalNotAllowed()
 
 
 def _notification_id(raw: str) -> uuid.UUID:
@@ -80,7 +57,9 @@ class NotificationCollectionView(APIView):
                 f"{IDEMPOTENCY_HEADER}: {problem}", fields={IDEMPOTENCY_HEADER: [problem]}
             )
         data = _validated(_SHAPES.create, request.data)
-        _priority_allowed(request.user, data.get("priority"))
+        services.notification_priority_check(
+            priority=data.get("priority"), may_send_critical=request.user.may_send_critical
+        )
         result = services.notification_create(
             client_id=request.user.id,
             idempotency_key=key,
@@ -215,8 +194,10 @@ def _batch_item(raw, client) -> services.BatchItem | InvalidRequest:
     except serializers.ValidationError as exc:
         return _invalid(exc.detail)
     try:
-        _priority_allowed(client, data.get("priority"))
-    except CriticalNotAllowed as refused:
+        services.notification_priority_check(
+            priority=data.get("priority"), may_send_critical=client.may_send_critical
+        )
+    except services.CriticalNotAllowed as refused:
         return refused
     return services.BatchItem(
         idempotency_key=data["idempotency_key"], request=notification_request(data)
@@ -255,14 +236,15 @@ def _allowed_methods(drf_class: type[APIView]) -> str:
 
 def _thin_post(drf_class: type[APIView], post: Callable[..., HttpResponse | None]) -> Callable:
     """The URL's view: POST goes the thin path (notifications/ingest.py), which hands any
-    request it does not settle to the DRF view; other methods go to the DRF view. The DRF
-    view stays what the OpenAPI schema documents (`cls`, `initkwargs`)."""
+    request that is not plainly valid to the DRF view; other methods, and a POST the thin
+    path already gave back under the WSGI shortcut, go to the DRF view. The DRF view stays
+    what the OpenAPI schema documents (`cls`, `initkwargs`)."""
     drf_view = drf_class.as_view()
     allow = _allowed_methods(drf_class)
 
     @csrf_exempt
     def view(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if request.method == "POST":
+        if request.method == "POST" and not ingest.given_back(request):
             return post(request, drf_view=drf_view, allow=allow)
         return drf_view(request, *args, **kwargs)
 
