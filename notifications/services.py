@@ -10,6 +10,9 @@ Invariants protected here:
   invalid one never enters the queue;
 - new (201), replay (200) or reused key (409) is decided by the repository's unique constraint
   and the sha256 fingerprint of the normalised request, never by a read that could race;
+- a create whose API key is not yet confirmed in its request (`UnconfirmedKey`) reads and
+  answers nothing of the client's until the key is: by the insert that checks it, or by a
+  lookup;
 - a stored body is at most 64 KiB of UTF-8 after rendering;
 - a client whose PENDING backlog is over its limit cannot create (429), but can still replay;
   the figure is a per-process cache (`ClientBacklog`), recounted at most every

@@ -22,6 +22,8 @@ from monitoring.middleware import ShortcutMetrics
 from notifications import ingest, listing, retries, schema, services
 from notifications.schema import IDEMPOTENCY_HEADER
 from notifications.serializers import (
+    BATCH_ITEM_PLAIN,
+    CREATE_PLAIN,
     BatchInput,
     BatchItemInput,
     BulkRetryInput,
@@ -33,6 +35,7 @@ from notifications.serializers import (
     notification_request,
 )
 from notifyqueue.errors import InvalidRequest, error_body
+from notifyqueue.serializers import PlainValidator
 from notifyqueue.shortcuts import Shortcut, Shortcuts
 from preferences.routing import NotificationContent
 
@@ -56,7 +59,7 @@ class NotificationCollectionView(APIView):
             raise InvalidRequest(
                 f"{IDEMPOTENCY_HEADER}: {problem}", fields={IDEMPOTENCY_HEADER: [problem]}
             )
-        data = _validated(_SHAPES.create, request.data)
+        data = _validated(CREATE_PLAIN, _SHAPES.create, request.data)
         services.notification_priority_check(
             priority=data.get("priority"), may_send_critical=request.user.may_send_critical
         )
@@ -177,9 +180,13 @@ class _Shapes(threading.local):
 _SHAPES = _Shapes()
 
 
-def _validated(serializer: serializers.Serializer, data) -> dict:
-    """What `serializer(data=data).is_valid(raise_exception=True)` would give, on an instance
-    that is reused."""
+def _validated(plain: PlainValidator, serializer: serializers.Serializer, data) -> dict:
+    """What `serializer(data=data).is_valid(raise_exception=True)` would give: by `plain`, the
+    serializer's own field checks, for data that is plainly valid (as the thin path checks
+    it); otherwise by the serializer, on an instance that is reused, with its messages."""
+    validated = plain.validated(data)
+    if validated is not None:
+        return validated
     serializer.initial_data = data
     try:
         return serializer.run_validation(data)
@@ -190,7 +197,7 @@ def _validated(serializer: serializers.Serializer, data) -> dict:
 def _batch_item(raw, client) -> services.BatchItem | InvalidRequest:
     """One batch item, validated by the DRF item serializer: the item, or its error."""
     try:
-        data = _validated(_SHAPES.batch_item, raw)
+        data = _validated(BATCH_ITEM_PLAIN, _SHAPES.batch_item, raw)
     except serializers.ValidationError as exc:
         return _invalid(exc.detail)
     try:
