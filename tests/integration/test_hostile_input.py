@@ -166,38 +166,6 @@ def test_a_template_that_would_expand_past_the_bound_is_refused_fast_and_small(h
     assert not Notification.objects.exists()
 
 
-def test_a_template_is_rendered_once_per_request_even_when_refused():
-    """The thin path may call the create service twice for one request; the renderer it
-    passes renders once and repeats its answer."""
-    import uuid
-
-    from notifications.services import NotificationRequest, RenderedOnce
-    from notifyqueue.errors import InvalidRequest
-    from preferences.routing import RenderedContent
-
-    calls = []
-
-    class Counting:
-        def render(self, *, client_id, request):
-            calls.append(client_id)
-            if request.template == "bad":
-                raise InvalidRequest("payload: too big", fields={"payload": ["too big"]})
-            return RenderedContent(channel="email", recipient="a@b.c", subject="s", body="b")
-
-    client_id = uuid.uuid4()
-    for template in ("bad", "good"):
-        once = RenderedOnce(Counting())
-        request = NotificationRequest(channel="email", recipient="a@b.c", template=template)
-        outcomes = []
-        for _ in range(2):
-            try:
-                outcomes.append(once.render(client_id=client_id, request=request))
-            except InvalidRequest as error:
-                outcomes.append(error)
-        assert outcomes[0] is outcomes[1]
-    assert len(calls) == 2
-
-
 # ------------------------------------------------------------------ values jsonb cannot hold
 
 UNSTORABLE = {
