@@ -64,7 +64,7 @@ from notifyqueue.vocabulary import Priority
 from preferences.routing import NotificationContent
 
 # The DRF view a request goes to when the thin path does not take it; under the WSGI shortcut
-# (notifyqueue/shortcuts.py) a function answering None: the request then goes the long way.
+# (notifyqueue/serving/shortcuts.py) a function answering None: the request then goes the long way.
 View = Callable[..., HttpResponse | None]
 
 _JSON_TYPES = frozenset(

@@ -36,7 +36,7 @@ from notifications.serializers import (
 )
 from notifyqueue.errors import InvalidRequest, error_body
 from notifyqueue.serializers import PlainValidator
-from notifyqueue.shortcuts import Shortcut, Shortcuts
+from notifyqueue.serving.shortcuts import Shortcut, Shortcuts
 from preferences.routing import NotificationContent
 
 
@@ -272,7 +272,7 @@ def _long_way(request: HttpRequest) -> None:
 
 def api_shortcuts() -> Shortcuts:
     """`settings.API_SHORTCUTS`: the thin path's two POSTs, taken before Django's handler
-    (notifyqueue/shortcuts.py). Whatever the thin path gives back goes the long way."""
+    (notifyqueue/serving/shortcuts.py). Whatever the thin path gives back goes the long way."""
     routes = {}
     for name, drf_class, post in (
         ("notification-list", NotificationCollectionView, ingest.create),

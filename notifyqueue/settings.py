@@ -102,7 +102,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "notifyqueue.urls"
-# The create endpoints answered before Django's handler (notifyqueue/shortcuts.py).
+# The create endpoints answered before Django's handler (notifyqueue/serving/shortcuts.py).
 API_SHORTCUTS = "notifications.views.api_shortcuts"
 WSGI_APPLICATION = "notifyqueue.wsgi.application"
 ASGI_APPLICATION = "notifyqueue.asgi.application"

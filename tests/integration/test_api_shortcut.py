@@ -1,5 +1,5 @@
-"""The WSGI shortcut for the create endpoints (notifyqueue/shortcuts.py) answers exactly as the
-long way does: Django's handler, every middleware, the URL's view.
+"""The WSGI shortcut for the create endpoints (notifyqueue/serving/shortcuts.py) answers
+exactly as the long way does: Django's handler, every middleware, the URL's view.
 
 Requests go to a `ShortcutApplication` built as notifyqueue/wsgi.py builds it, through
 werkzeug's WSGI test client (what schemathesis drives too), with the Django application under
@@ -25,7 +25,7 @@ from werkzeug.test import Client
 from monitoring.middleware import FLUSH_EVERY_S, flush_request_metrics
 from notifications import repositories, services
 from notifications.views import api_shortcuts
-from notifyqueue.shortcuts import ShortcutApplication
+from notifyqueue.serving.shortcuts import ShortcutApplication
 from tests.integration.test_api_thin_path import BATCH_URL, URL, VALID
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,5 +1,5 @@
 """Every create request is authenticated once and calls the create service at most once,
-whichever way it goes: the WSGI shortcut (notifyqueue/shortcuts.py), the URL's view under
+whichever way it goes: the WSGI shortcut (notifyqueue/serving/shortcuts.py), the URL's view under
 Django's handler, the thin path (notifications/ingest.py) or the DRF view it gives a request
 back to. The service, the two ways into authentication (`ApiKeyAuthentication` for the DRF
 view, the thin path's `_Caller`), the key's lookup and the template renderer are counted in
@@ -18,7 +18,7 @@ from clients import authentication, repositories
 from clients.models import ClientAPIKey
 from notifications import ingest, services
 from notifications.views import api_shortcuts
-from notifyqueue.shortcuts import ShortcutApplication
+from notifyqueue.serving.shortcuts import ShortcutApplication
 from preferences.routing import NotificationContent
 from tests.integration.test_api_thin_path import BATCH_URL, URL, VALID
 
