@@ -395,3 +395,63 @@ def test_windows_kept_under_the_old_keys_are_re_keyed_and_held_rows_still_go(clo
     assert held.status == Status.SENT
     assert held.sent_at >= clock.now - timedelta(seconds=WINDOW_S)
     universal_check(sent_before=frozenset(n.id for n in [*full, inbox]))
+
+
+@pytest.mark.django_db
+def test_with_the_ceiling_on_the_admission_reads_each_addresss_window_not_its_history(clock):
+    """Ceiling on: one busy address has 20,000 deliveries in its window across clients; then
+    20 claims for other addresses, each with five deliveries in its address's window and five
+    older. Each address is read through ratelimit_address_key_at: its five older deliveries,
+    forgotten, and its five in the window, counted, whatever the busy address holds."""
+    from django.db import transaction
+
+    from ratelimits.repositories import AdmissionRequest, RateLimitRepository
+
+    client = ClientFactory()
+    repository = RateLimitRepository()
+    busy = NotificationFactory(client=client)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO ratelimit_delivery (key, address_key, at, notification_id, claim_token)"
+            " SELECT sha256(('other-' || g)::bytea), ratelimit_key('email', NULL, %s),"
+            " %s - g * interval '1 ms', %s, gen_random_uuid()"
+            " FROM generate_series(1, 20000) AS g",
+            [busy.recipient, clock.now, busy.id],
+        )
+        cursor.execute("ANALYZE ratelimit_delivery")
+    later = [
+        AdmissionRequest("email", client.id, n.recipient, n.id, uuid.uuid4(), False)
+        for n in NotificationFactory.create_batch(20, client=client)
+    ]
+    with connection.cursor() as cursor:
+        for ago in (1, WINDOW_S + 1):  # five in each address's window, five older
+            cursor.execute(
+                "INSERT INTO ratelimit_delivery (key, address_key, at, notification_id,"
+                " claim_token)"
+                " SELECT sha256(gen_random_uuid()::text::bytea), ratelimit_key('email', NULL, r),"
+                " %s, %s, gen_random_uuid()"
+                " FROM unnest(%s::text[]) AS r, generate_series(1, 5)",
+                [clock.now - timedelta(seconds=ago), busy.id, [c.recipient for c in later]],
+            )
+
+    def entries_read(index: str) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_get_xact_tuples_returned(%s::regclass)", [index])
+            return cursor.fetchone()[0]
+
+    indexes = ("ratelimit_delivery", "ratelimit_at", "ratelimit_key_at", "ratelimit_address_key_at")
+    with transaction.atomic():  # the counters are this transaction's
+        before = {i: entries_read(i) for i in indexes}
+        admitted = repository.recipients_admit(
+            claims=later, limit=LIMIT, window_s=WINDOW_S, ceiling=LIMIT
+        )
+        read = {i: entries_read(i) - before[i] for i in before}
+
+    assert admitted == {c.notification_id for c in later}
+    # The claims' own (client, recipient) windows are empty: their probes return nothing.
+    assert read == {
+        "ratelimit_delivery": 0,
+        "ratelimit_at": 0,
+        "ratelimit_key_at": 0,
+        "ratelimit_address_key_at": 10 * len(later),
+    }, read

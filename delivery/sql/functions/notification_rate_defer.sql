@@ -34,11 +34,15 @@ BEGIN
         -- they fill it, nothing of this key can go before the oldest of them leaves the window.
         SELECT CASE WHEN count(*) >= p_ceiling
                     THEN min(at) + make_interval(secs => p_window_s) END AS free_at
-        FROM (SELECT at FROM ratelimit_delivery
-              WHERE p_ceiling > 0 AND p_channel <> 'in_app'
-                AND address_key = ratelimit_key(p_channel, NULL, p_recipient_key)
-                AND at > notifyqueue_now() - make_interval(secs => p_window_s)
-              ORDER BY at DESC
+        FROM (SELECT d.at FROM ratelimit_delivery AS d
+              -- The address's entries of ratelimit_address_key_at only, newest first.
+              WHERE p_ceiling > 0 AND p_channel <> 'in_app' AND d.address_key IS NOT NULL
+                AND (d.address_key, d.at)
+                    > (ratelimit_key(p_channel, NULL, p_recipient_key),
+                       notifyqueue_now() - make_interval(secs => p_window_s))
+                AND (d.address_key, d.at)
+                    <= (ratelimit_key(p_channel, NULL, p_recipient_key), 'infinity'::timestamptz)
+              ORDER BY d.address_key DESC, d.at DESC
               LIMIT p_ceiling) AS newest
     ), slot AS (
         SELECT at, row_number() OVER (ORDER BY at) - 1 AS k

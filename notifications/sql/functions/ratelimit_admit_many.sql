@@ -49,7 +49,11 @@ BEGIN
         DELETE FROM ratelimit_delivery AS d
         USING (SELECT DISTINCT k.key FROM unnest(address_keys) AS k(key)
                WHERE k.key IS NOT NULL) AS k
-        WHERE d.address_key = k.key AND d.at <= window_start;
+        -- The row comparison reads only this address's entries of ratelimit_address_key_at
+        -- (IS NOT NULL lets the planner use that partial index), whatever statistics say.
+        WHERE d.address_key IS NOT NULL
+          AND (d.address_key, d.at) BETWEEN (k.key, '-infinity'::timestamptz)
+                                        AND (k.key, window_start);
     END IF;
 
     RETURN QUERY
@@ -93,8 +97,9 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT count(*) AS in_window
             FROM (SELECT FROM ratelimit_delivery AS d
-                  WHERE li.address_key IS NOT NULL
-                    AND d.address_key = li.address_key AND d.at > window_start
+                  WHERE li.address_key IS NOT NULL AND d.address_key IS NOT NULL
+                    AND (d.address_key, d.at) > (li.address_key, window_start)
+                    AND (d.address_key, d.at) <= (li.address_key, 'infinity'::timestamptz)
                   LIMIT p_ceiling) AS counted
         ) AS a
     ), recorded AS (
