@@ -19,6 +19,7 @@ labels made of characters newer than Unicode 3.2.
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 import idna
@@ -41,7 +42,10 @@ def _folded(text: str) -> str:
     return unicodedata.normalize("NFKC", text.casefold())
 
 
+@functools.lru_cache(maxsize=4096)
 def _domain_ascii(domain: str) -> str:
+    # Cached: a claim's recipients share a few domains, and the full UTS 46 mapping of one
+    # costs about 15 µs.
     if domain.isascii():
         # UTS 46 maps an ASCII label to its lower case and nothing else; most domains take only
         # this path, twenty times cheaper than the full mapping.

@@ -13,9 +13,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        # New parameters: the old signature is dropped, not left beside the new one (a
-        # database migrated from scratch made only the new one: the earlier migrations load
-        # the files as they are now).
+        # Two new parameters at the end, with defaults: the old signature is dropped, not left
+        # beside the new one, and a worker of the previous release calls the new one through
+        # the same statement (this migration is one transaction). A database migrated from
+        # scratch has only the new one: the earlier migrations load the files as they are now.
         migrations.RunSQL(
             "DROP FUNCTION IF EXISTS notification_rate_defer(text, uuid, text, uuid, uuid, integer,"
             " double precision);",

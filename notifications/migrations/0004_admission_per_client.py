@@ -13,9 +13,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        # New parameters: the old signatures are dropped, not left beside the new ones (a
-        # database migrated from scratch made only the new ones: the earlier migrations load
-        # the files as they are now).
+        # Two new parameters at the end, with defaults: the old signatures are dropped, not left
+        # beside the new ones, and a worker of the previous release calls the new ones through
+        # the same statement (this migration is one transaction). A database migrated from
+        # scratch has only the new ones: the earlier migrations load the files as they are now.
         migrations.RunSQL(
             """
             DROP FUNCTION IF EXISTS ratelimit_admit(text, uuid, text, uuid, uuid, integer,

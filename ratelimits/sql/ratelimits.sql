@@ -11,9 +11,9 @@
 -- Lock, forget what left the window, count, and record if under the limit and the ceiling
 -- (CRITICAL: record without a check); when a slot is left over, let the next held row of the key go. The
 -- function is in notifications/sql/functions/. True when admitted.
-SELECT ratelimit_admit(%(channel)s, %(client_id)s, %(recipient)s, %(recipient_key)s,
-                       %(notification_id)s, %(claim_token)s, %(limit)s, %(ceiling)s,
-                       %(window_s)s, %(critical)s)
+SELECT ratelimit_admit(%(channel)s, %(client_id)s, %(recipient)s, %(notification_id)s,
+                       %(claim_token)s, %(limit)s, %(window_s)s, %(critical)s,
+                       %(recipient_key)s, %(ceiling)s)
 
 -- name: ratelimit_admit_many
 -- ratelimit_admit for every row of a claim, in one statement: the keys' advisory locks are
@@ -21,8 +21,8 @@ SELECT ratelimit_admit(%(channel)s, %(client_id)s, %(recipient)s, %(recipient_ke
 -- Returns each row's id and whether it was admitted.
 SELECT notification_id, admitted
 FROM ratelimit_admit_many(%(channels)s::text[], %(client_ids)s::uuid[], %(recipients)s::text[],
-                          %(recipient_keys)s::text[], %(ids)s::uuid[], %(claim_tokens)s::uuid[],
-                          %(criticals)s::boolean[], %(limit)s, %(ceiling)s, %(window_s)s)
+                          %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(criticals)s::boolean[],
+                          %(limit)s, %(window_s)s, %(recipient_keys)s::text[], %(ceiling)s)
 
 -- name: ratelimit_defer
 -- The key is at its limit. Gives the claimed row back (PENDING, attempt returned), due at the
@@ -33,9 +33,8 @@ FROM ratelimit_admit_many(%(channels)s::text[], %(client_ids)s::uuid[], %(recipi
 -- it ends the claim and moves notifications, tables above this app's.
 SELECT due_at
 FROM notification_rate_defer(%(channel)s::text, %(client_id)s::uuid, %(recipient)s::text,
-                             %(recipient_key)s::text, %(notification_id)s::uuid,
-                             %(claim_token)s::uuid, %(limit)s::int, %(ceiling)s::int,
-                             %(window_s)s::float8)
+                             %(notification_id)s::uuid, %(claim_token)s::uuid, %(limit)s::int,
+                             %(window_s)s::float8, %(recipient_key)s::text, %(ceiling)s::int)
 
 -- name: ratelimit_release_freed
 -- Failed attempts freed their slots: for each such key, the next row a deferral holds back may

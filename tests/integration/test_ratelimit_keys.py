@@ -455,3 +455,37 @@ def test_with_the_ceiling_on_the_admission_reads_each_addresss_window_not_its_hi
         "ratelimit_key_at": 0,
         "ratelimit_address_key_at": 10 * len(later),
     }, read
+
+
+def test_a_worker_of_the_previous_release_still_admits_through_the_new_functions(clock):
+    """While the migration lands, workers of the previous release keep running: their
+    statements name the admission and the deferral without the two new parameters, which
+    default to the recipient as stored and the ceiling off."""
+    client = ClientFactory()
+    rows = NotificationFactory.create_batch(3, client=client, recipient="ada@example.com")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT notification_id, admitted"
+            " FROM ratelimit_admit_many(%s::text[], %s::uuid[], %s::text[], %s::uuid[],"
+            " %s::uuid[], %s::boolean[], %s, %s)",
+            [
+                ["email"] * 3,
+                [client.id] * 3,
+                ["ada@example.com"] * 3,
+                [n.id for n in rows],
+                [uuid.uuid4() for _ in rows],
+                [False] * 3,
+                2,
+                WINDOW_S,
+            ],
+        )
+        admitted = dict(cursor.fetchall())
+        cursor.execute(
+            "SELECT due_at FROM notification_rate_defer(%s::text, %s::uuid, %s::text, %s::uuid,"
+            " %s::uuid, %s::int, %s::float8)",
+            ["email", client.id, "ada@example.com", rows[2].id, uuid.uuid4(), 2, WINDOW_S],
+        )
+        assert cursor.fetchall() == []  # the row is not claimed: nothing to defer
+    assert sorted(admitted.values()) == [False, True, True]
+    keys = set(RecipientDelivery.objects.values_list("key", flat=True))
+    assert {bytes(k) for k in keys} == {client_key(client.id, "ada@example.com")}

@@ -1,10 +1,12 @@
 -- The deferral (ratelimits' `ratelimit_defer` calls it). It ends a claim, guarded by the
 -- claim's token and PROCESSING as the finish is, and finishes its attempt row, so it is the
--- worker's. Planned at each call for its values, as a statement sent on its own is.
+-- worker's. Planned at each call for its values, as a statement sent on its own is. The two
+-- last parameters have defaults so that a worker of the previous release, still running while
+-- the migration lands, defers through this function.
 CREATE OR REPLACE FUNCTION notification_rate_defer(
-    p_channel text, p_client_id uuid, p_recipient text, p_recipient_key text,
-    p_notification_id uuid, p_claim_token uuid, p_limit integer, p_ceiling integer,
-    p_window_s double precision)
+    p_channel text, p_client_id uuid, p_recipient text, p_notification_id uuid,
+    p_claim_token uuid, p_limit integer, p_window_s double precision,
+    p_recipient_key text DEFAULT NULL, p_ceiling integer DEFAULT 0)
 RETURNS TABLE(due_at timestamptz)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -27,7 +29,7 @@ BEGIN
     WITH recent AS (
         SELECT at, row_number() OVER (ORDER BY at DESC) AS newest_first
         FROM ratelimit_delivery
-        WHERE key = ratelimit_key(p_channel, p_client_id, p_recipient_key)
+        WHERE key = ratelimit_key(p_channel, p_client_id, coalesce(p_recipient_key, p_recipient))
           AND at > notifyqueue_now() - make_interval(secs => p_window_s)
     ), address AS (
         -- With the ceiling on, the address's newest p_ceiling deliveries across clients: when
@@ -38,10 +40,10 @@ BEGIN
               -- The address's entries of ratelimit_address_key_at only, newest first.
               WHERE p_ceiling > 0 AND p_channel <> 'in_app' AND d.address_key IS NOT NULL
                 AND (d.address_key, d.at)
-                    > (ratelimit_key(p_channel, NULL, p_recipient_key),
+                    > (ratelimit_key(p_channel, NULL, coalesce(p_recipient_key, p_recipient)),
                        notifyqueue_now() - make_interval(secs => p_window_s))
                 AND (d.address_key, d.at)
-                    <= (ratelimit_key(p_channel, NULL, p_recipient_key), 'infinity'::timestamptz)
+                    <= (ratelimit_key(p_channel, NULL, coalesce(p_recipient_key, p_recipient)), 'infinity'::timestamptz)
               ORDER BY d.address_key DESC, d.at DESC
               LIMIT p_ceiling) AS newest
     ), slot AS (

@@ -2,9 +2,11 @@
 -- never deadlock), forget deliveries that left the window, and record a delivery if the
 -- (client, recipient) key has a slot and, with the ceiling on (p_ceiling > 0), so has the
 -- address across clients (CRITICAL: always). p_recipient_keys are the recipients' counting
--- forms (notifyqueue/addresses.py); p_recipients as stored, to find held rows. It reads
+-- forms (notifyqueue/addresses.py); p_recipients as stored, to find held rows. The two last
+-- parameters have defaults so that a worker of the previous release, still running while the
+-- migration lands, admits through this function (by the recipient as stored). It reads
 -- notification (held rows), so it is this app's.
-CREATE OR REPLACE FUNCTION ratelimit_admit_many(p_channels text[], p_clients uuid[], p_recipients text[], p_recipient_keys text[], p_notifications uuid[], p_claims uuid[], p_criticals boolean[], p_limit integer, p_ceiling integer, p_window_s double precision)
+CREATE OR REPLACE FUNCTION ratelimit_admit_many(p_channels text[], p_clients uuid[], p_recipients text[], p_notifications uuid[], p_claims uuid[], p_criticals boolean[], p_limit integer, p_window_s double precision, p_recipient_keys text[] DEFAULT NULL::text[], p_ceiling integer DEFAULT 0)
  RETURNS TABLE(notification_id uuid, admitted boolean)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
@@ -27,7 +29,7 @@ BEGIN
                           THEN ratelimit_key(c.channel, NULL, c.recipient_key) END
                      ORDER BY c.n)
     INTO keys, address_keys
-    FROM unnest(p_channels, p_clients, p_recipient_keys) WITH ORDINALITY
+    FROM unnest(p_channels, p_clients, coalesce(p_recipient_keys, p_recipients)) WITH ORDINALITY
          AS c(channel, client_id, recipient_key, n);
 
     -- One global order (the lock id), so concurrent claims cannot deadlock. CRITICAL rows are
