@@ -148,7 +148,8 @@ def test_a_failed_probe_reopens_the_circuit_for_another_cooldown(breaker_worker)
     assert len(provider.states) == 1
     probe.refresh_from_db()
     assert (probe.status, probe.attempt_count) == (Status.PENDING, 1)  # the probe's attempt only
-    assert probe.due_at == reopened.opened_at + timedelta(seconds=POLICY.cooldown_s)
+    # Due at the probe time, a millisecond per attempt used behind the rows tried less.
+    assert probe.due_at == reopened.opened_at + timedelta(seconds=POLICY.cooldown_s, milliseconds=1)
     assert probe.circuit_held_since == clock.now
 
 
@@ -470,3 +471,56 @@ def test_a_notification_held_longer_than_the_maximum_hold_is_dead_lettered_sayin
         .get()
         == Status.DEAD_LETTERED
     )
+
+
+def test_the_readme_demo_sends_flaky_and_healthy_mail_while_temporary_failures_open_the_circuit():
+    """The README's simulated recipients under the product's defaults (6 attempts, backoff
+    from 0.5 s, five failures open the circuit for 30 s), with five `temporary-failure`
+    rows opening the circuit first and healthy mail arriving every few seconds: `flaky-2`
+    ends SENT, every healthy email is sent with one attempt, `permanent-failure` FAILED, and
+    only the always-failing rows are DEAD_LETTERED, after six real calls each."""
+    policy = CircuitPolicy(threshold=5, cooldown_s=30, probe_timeout_s=20, read_ttl_s=0)
+    worker = worker_build(providers={"email": SimulatedProvider()}, circuit=policy, batch_size=50)
+    circuits_register(list(worker.circuits.values()))
+    clock = DbClock()
+    client = ClientFactory()
+    failing = [
+        NotificationFactory(
+            client=client, recipient=f"temporary-failure-{i}@example.com", due_at=clock.now
+        )
+        for i in range(5)
+    ]
+    worker.run_once()
+    assert circuit(EMAIL).state == CircuitState.OPEN
+    flaky = NotificationFactory(client=client, recipient="flaky-2@example.com", due_at=clock.now)
+    rejected = NotificationFactory(
+        client=client, recipient="permanent-failure@example.com", due_at=clock.now
+    )
+    healthy = []
+    try:
+        for second in range(1, 1800):
+            if second % 7 == 0 and len(healthy) < 40:
+                healthy.append(
+                    NotificationFactory(
+                        client=client, recipient=f"ada{second}@example.com", due_at=clock.now
+                    )
+                )
+            while worker.run_once().claimed:
+                pass
+            if not Notification.objects.exclude(
+                status__in=[Status.SENT, Status.FAILED, Status.DEAD_LETTERED]
+            ).exists():
+                break
+            clock.advance(1)
+    finally:
+        worker.stop()
+        worker._shutdown()
+    everything = Notification.objects.in_bulk([n.id for n in [*failing, flaky, rejected, *healthy]])
+    assert everything[flaky.id].status == Status.SENT
+    assert everything[flaky.id].attempt_count == 3  # two failures, then accepted
+    assert everything[rejected.id].status == Status.FAILED
+    assert [everything[n.id].status for n in healthy] == [Status.SENT] * len(healthy)
+    assert {everything[n.id].attempt_count for n in healthy} == {1}
+    for notification in failing:
+        row = everything[notification.id]
+        assert (row.status, row.attempt_count, calls_for(row)) == (Status.DEAD_LETTERED, 6, 6)

@@ -34,8 +34,13 @@ BEGIN
     ), held AS (
         UPDATE notification AS n
         SET status = CASE WHEN r.over THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
+            -- A millisecond later per attempt the row has used: the held rows fall due
+            -- together, and the claim's next probe is then the row tried least, not the row
+            -- whose failed probe came back (probe after probe, it would run out of attempts).
             due_at = CASE WHEN r.over THEN n.due_at
-                          ELSE least(r.probe_at, r.since + make_interval(secs => p_max_hold_s))
+                          ELSE least(r.probe_at + make_interval(secs => (n.attempt_count - 1)
+                                                                        * 0.001),
+                                     r.since + make_interval(secs => p_max_hold_s))
                      END,
             circuit_held_since = CASE WHEN r.over THEN NULL ELSE r.since END,
             last_error = CASE WHEN r.over
