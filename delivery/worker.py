@@ -4,7 +4,8 @@
 are in, claim as many due rows as there are free delivery slots (at most batch_size), run the
 send-time checks for the whole claim (delivery/send_checks.py: preferences, then the rate
 limit in one statement, then the circuit), start the sends, and record every result of the
-step in one statement. `Worker.run()` wraps it in a loop with LISTEN/NOTIFY wake-ups
+step in one statement (after the step's circuit refusals, held without using an attempt, in
+one more). `Worker.run()` wraps it in a loop with LISTEN/NOTIFY wake-ups
 (delivery/wakeup.py) that calls the database upkeep (delivery/upkeep.py: heartbeat, reclaim of
 expired claims, rate-window prune, statistics, queue vacuum) on their intervals.
 
