@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from delivery.circuits.models import CircuitBreaker, CircuitState
 from delivery.circuits.repositories import CircuitRepository, circuits_list
@@ -524,3 +525,25 @@ def test_the_readme_demo_sends_flaky_and_healthy_mail_while_temporary_failures_o
     for notification in failing:
         row = everything[notification.id]
         assert (row.status, row.attempt_count, calls_for(row)) == (Status.DEAD_LETTERED, 6, 6)
+
+
+def test_an_operator_retry_forgets_the_hold_a_notification_ended_on(make_client):
+    """A row dead-lettered while it still carried a hold (its result could not be recorded)
+    starts afresh when an operator retries it: not shown as held, and its maximum hold counts
+    from its next refusal, one by one or in bulk."""
+    operator = APIClient()
+    operator.credentials(HTTP_AUTHORIZATION=f"Api-Key {make_client('ops', is_operator=True)[1]}")
+    one, bulk = NotificationFactory.create_batch(2)
+    Notification.objects.filter(id__in=[one.id, bulk.id]).update(
+        status=Status.DEAD_LETTERED, circuit_held_since=timezone.now() - timedelta(days=2)
+    )
+    shown = operator.post(f"/api/v1/notifications/{one.id}/retry").json()
+    assert (shown["status"], shown["held_reason"]) == ("PENDING", None)
+    answer = operator.post(
+        "/api/v1/notifications/retry", {"status": "DEAD_LETTERED"}, format="json"
+    )
+    assert answer.json()["retried"] == 1
+    held_since = Notification.objects.filter(id__in=[one.id, bulk.id]).values_list(
+        "circuit_held_since", flat=True
+    )
+    assert set(held_since) == {None}
