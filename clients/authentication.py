@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from clients.models import Client, ClientAPIKey
 
 if TYPE_CHECKING:
-    from clients.repositories import KeyHolder, KeyRow
+    from clients.repositories import KeyRow
 
 KEYWORD = "Api-Key"
 # Keys this process authenticated, by prefix: which client a key belongs to never changes, but
@@ -33,23 +33,28 @@ def api_key_from_header(header: str) -> str | None:
     return key
 
 
-def usable_key(header: str | None) -> KeyRow | None:
-    """The key and its client's flags when `header` (an `Authorization` value) names a usable
-    key: known, not revoked, not expired. None for anything else, whatever the reason; the
-    thin create path (notifications/ingest.py) then lets `ApiKeyAuthentication` answer.
-    One query; nothing is cached."""
-    if not header or not header.isascii():
-        return None
+def api_key_authenticate(header: str | None) -> KeyRow:
+    """The usable key (known, not revoked, not expired) that `header`, an `Authorization`
+    value, names, with its client's flags; raises the 401 of the API otherwise:
+    `NotAuthenticated` without a header, `AuthenticationFailed` with the reason. One query;
+    nothing is cached, so a revoked or expired key fails on its next request. The key is
+    remembered for `remembered_key`. Every authentication of the API is this function, DRF's
+    (`ApiKeyAuthentication`) and the thin create path's (notifications/ingest.py)."""
+    if not header:
+        raise exceptions.NotAuthenticated()
     key = api_key_from_header(header)
     if key is None:
-        return None
-    # Imported here: see ApiKeyAuthentication.authenticate.
+        raise exceptions.AuthenticationFailed("Expected 'Authorization: Api-Key <key>'.")
+    # Imported here: DRF imports this module while notifyqueue.errors (which the
+    # repositories import) is still importing DRF.
     from clients.repositories import api_key_row
 
     prefix = key.partition(".")[0]
     row = api_key_row(prefix=prefix)
-    if not _key_verified(key, row.hashed_key if row else None) or row is None or row.expired:
-        return None
+    if not _key_verified(key, row.hashed_key if row else None) or row is None:
+        raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
+    if row.expired:
+        raise exceptions.AuthenticationFailed("This API key has expired.")
     if len(_REMEMBERED) >= REMEMBERED_MAX:
         _REMEMBERED.clear()
     _REMEMBERED[prefix] = row
@@ -69,9 +74,9 @@ def _key_verified(key: str, hashed_key: str | None) -> bool:
 
 
 def remembered_key(header: str | None) -> tuple[str, KeyRow] | None:
-    """The prefix and row of the key `header` names, if `usable_key` accepted that key before
-    in this process (its hash is the one the table stored then); no query. Whether the key
-    is still usable is NOT known: only for a statement that checks the key itself
+    """The prefix and row of the key `header` names, if `api_key_authenticate` accepted that
+    key before in this process (its hash is the one the table stored then); no query. Whether
+    the key is still usable is NOT known: only for a statement that checks the key itself
     (`notification_create_checked`)."""
     if not header or not header.isascii():
         return None
@@ -95,28 +100,18 @@ def forget_key(prefix: str) -> None:
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
-    """Authenticates the request as a `Client`; `request.user` is that client."""
+    """Authenticates the request as a `Client`; `request.user` is that client, `request.auth`
+    its key's row."""
 
-    def authenticate(self, request: Request) -> tuple[Client, KeyHolder] | None:
-        """One query (the key by its prefix, with its client); nothing is cached, so a revoked
-        or expired key fails on its next request."""
+    def authenticate(self, request: Request) -> tuple[Client, KeyRow] | None:
         header = authentication.get_authorization_header(request).decode("latin-1")
         if not header:
-            return None
-        key = api_key_from_header(header)
-        if key is None:
-            raise exceptions.AuthenticationFailed("Expected 'Authorization: Api-Key <key>'.")
-        # Imported here: DRF imports this module while notifyqueue.errors (which the
-        # repositories import) is still importing DRF.
-        from clients.repositories import api_key_holder
+            return None  # DRF's permission check answers NotAuthenticated
+        # Imported here: see api_key_authenticate.
+        from clients.repositories import key_client
 
-        prefix, _, _ = key.partition(".")
-        holder = api_key_holder(prefix=prefix)
-        if not _key_verified(key, holder.hashed_key if holder else None) or holder is None:
-            raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
-        if holder.expired:
-            raise exceptions.AuthenticationFailed("This API key has expired.")
-        return holder.client, holder
+        row = api_key_authenticate(header)
+        return key_client(row), row
 
     def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (not 403) when the key is missing or wrong.

@@ -97,38 +97,20 @@ class KeyRow:
     may_send_critical: bool
 
 
-@dataclass(frozen=True)
-class KeyHolder:
-    """An unrevoked API key found by its prefix, with the client it belongs to."""
-
-    key_id: str
-    hashed_key: str
-    expired: bool
-    client: Client
-
-
 def api_key_row(*, prefix: str) -> KeyRow | None:
     """The unrevoked key with this prefix and its client's flags, in one query; None if there
     is none. Nothing is cached: a revoked or expired key fails on its next request."""
     return SQL.row("api_key_client", row=KeyRow, prefix=prefix)
 
 
-def api_key_holder(*, prefix: str) -> KeyHolder | None:
-    """The unrevoked key with this prefix and its client, in one query; None if there is none.
-
-    The client comes back with only the fields the API reads on every request loaded (`id`,
-    `name`, `is_operator`, `may_send_critical`); others load on first use.
-    """
-    row = api_key_row(prefix=prefix)
-    if row is None:
-        return None
-    client = Client.from_db(
+def key_client(row: KeyRow) -> Client:
+    """The client of a key `api_key_row` found, with only the fields the API reads on every
+    request loaded (`id`, `name`, `is_operator`, `may_send_critical`); others load on first
+    use."""
+    return Client.from_db(
         "default",
         ["id", "name", "is_operator", "may_send_critical"],
         [row.client_id, row.client_name, row.is_operator, row.may_send_critical],
-    )
-    return KeyHolder(
-        key_id=row.key_id, hashed_key=row.hashed_key, expired=row.expired, client=client
     )
 
 

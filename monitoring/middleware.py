@@ -55,7 +55,7 @@ class PrometheusAfterMiddleware(middleware.PrometheusAfterMiddleware):
 
 class ShortcutMetrics:
     """The series django-prometheus' two middleware record for a request, recorded for an
-    answer given before Django's handler (notifyqueue/shortcuts.py): the same metrics and
+    answer given before Django's handler (notifyqueue/serving/shortcuts.py): the same metrics and
     labels, written in batches.
 
     A request only counts itself in memory (its kind of answer and four histogram buckets,

@@ -17,7 +17,7 @@ through the SQL gateway (`notifyqueue/sqlgateway.py`, rows into dataclasses by c
 except the thin create path's statements (`_send_checked`, `_send_checked_many`,
 `_fetch_created_in_order`), which read rows by position on a psycopg cursor for speed
 (docs/technical-design.md, "Running named SQL: the gateway"). The single creates of a process's
-threads that arrive together share one statement (`CreateCombiner`).
+threads that arrive together share one statement (`CREATE_COMBINER`, notifications/combiner.py).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from django.db import IntegrityError, connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
+from notifications.combiner import CreateCombiner
 from notifications.models import (
     QUEUED_STATUSES,
     Notification,
@@ -315,145 +316,19 @@ def _send_checked_many(items: list[dict[str, Any]]) -> list[Sequence[Any] | None
     return [rows.get((item["client_id"], item["idempotency_key"])) for item in items]
 
 
-class _Waiting:
-    """A create in `CreateCombiner`: its parameters, then its outcome. A thread that waits for
-    its outcome holds `ready`, a lock taken when the create arrived, and blocks taking it
-    again; the thread that sets the outcome releases it (a plain lock: a `threading.Event` a
-    create cost about 6 % of the API's Python under load)."""
-
-    __slots__ = ("outcome", "params", "ready")
-
-    def __init__(self, params: dict[str, Any], *, waits: bool) -> None:
-        self.params = params
-        self.outcome: Any = None
-        self.ready = threading.Lock() if waits else None
-        if self.ready is not None:
-            self.ready.acquire()
-
-    def wait(self) -> Any:
-        self.ready.acquire()
-        return self.outcome
-
-    def give(self, outcome: Any) -> None:
-        self.outcome = outcome
-        self.ready.release()
-
-
-# Outcomes of a `_Waiting` other than a row or None.
-_LEAD = object()  # this thread sends the next statement, for every create then waiting
-_ALONE = object()  # the gathered statement failed: this thread sends its own create
-
-
-class CreateCombiner:
-    """Sends the checked creates of a process's threads, gathering those that arrive while one
-    of its create statements runs into the next statement.
-
-    A create costs PostgreSQL mostly per statement (its round trip, its function call, its
-    commit and the wake-ups on both sides), not per row: two creates in one statement cost
-    about what one does alone (docs/decisions/0002-gathered-creates.md). A thread that finds no
-    statement running sends its own create at once, with the single statement: a process that
-    is not busy waits for nothing. A thread that finds one running waits for it to end; then
-    one waiting thread (the first) sends every create waiting at that moment, at most
-    `max_items`, as one statement on its own connection, and hands each thread its row.
-
-    Each create stays its own: its API key is checked against its own client, no two creates
-    with the same client and key share a statement (the later one is answered "nothing
-    inserted" and goes the long way, which answers it as a replay or a conflict), and if the
-    gathered statement fails, each of its creates is sent again alone by its own thread, so one
-    create's error is never another's. A create inside a transaction (`atomic`) is sent alone
-    on its own connection: its row belongs to that transaction.
-    """
-
-    def __init__(self, *, max_items: int = 64) -> None:
-        self.max_items = max_items
-        self._lock = threading.Lock()
-        self._waiting: list[_Waiting] = []
-        self._sending = False
-
-    def send(self, params: dict[str, Any]) -> Sequence[Any] | None:
-        """`_CHOSEN_COLUMNS` of the row `params` created, or None when nothing was inserted."""
-        if connection.in_atomic_block:
-            return _send_checked(params)
-        with self._lock:
-            lead = not self._sending
-            self._sending = True
-            waiting = _Waiting(params, waits=not lead)
-            self._waiting.append(waiting)
-        if not lead:
-            outcome = waiting.wait()
-            if outcome is _ALONE:
-                return _send_checked(params)
-            if outcome is not _LEAD:
-                return outcome
-        with self._lock:
-            gathered = self._waiting[: self.max_items]
-            del self._waiting[: self.max_items]
-        others = [each for each in gathered if each is not waiting]
-        try:
-            outcomes = self._send(gathered)
-        except BaseException as exc:
-            self._hand_on()
-            for other in others:
-                other.give(_ALONE)
-            if not others or not isinstance(exc, Exception):
-                raise
-            return _send_checked(params)
-        self._hand_on()
-        for each, outcome in zip(gathered, outcomes, strict=True):
-            if each is waiting:
-                mine = outcome
-            else:
-                each.give(outcome)
-        return mine
-
-    def waiting(self) -> int:
-        """How many creates wait for the statement running now to end."""
-        with self._lock:
-            return len(self._waiting)
-
-    def _hand_on(self) -> None:
-        """The first create waiting now sends the next statement; none: the next to come."""
-        with self._lock:
-            if self._waiting:
-                self._waiting[0].give(_LEAD)
-            else:
-                self._sending = False
-
-    @staticmethod
-    def _send(gathered: list[_Waiting]) -> list[Sequence[Any] | None]:
-        if len(gathered) == 1:
-            return [_send_checked(gathered[0].params)]
-        # A later create with the same client and key is left out: "nothing inserted".
-        keys: set[tuple[uuid.UUID, str]] = set()
-        positions: list[int | None] = []
-        items: list[dict[str, Any]] = []
-        for each in gathered:
-            key = (each.params["client_id"], each.params["idempotency_key"])
-            if key in keys:
-                positions.append(None)
-            else:
-                keys.add(key)
-                positions.append(len(items))
-                items.append(each.params)
-        rows = _send_checked_many(items)
-        return [None if position is None else rows[position] for position in positions]
-
-    def _reset(self) -> None:
-        self._lock = threading.Lock()
-        self._waiting = []
-        self._sending = False
-
-
-CREATE_COMBINER = CreateCombiner()
-# A process forked while one of its threads held the lock or sent a statement has no such
-# thread: the child starts with nobody sending.
-os.register_at_fork(after_in_child=CREATE_COMBINER._reset)
+# Sends the single checked creates of this process's threads, gathering those that arrive
+# together into one statement (notifications/combiner.py). A forked process has no thread
+# that was sending: its child starts with nobody sending.
+CREATE_COMBINER = CreateCombiner(send_one=_send_checked, send_many=_send_checked_many)
+os.register_at_fork(after_in_child=CREATE_COMBINER.reset)
 
 
 def _insert_checked(params: dict[str, Any], new: NewNotification) -> NotificationRecord | None:
     """The new row of the checked create (`_record_created`), or None when nothing was inserted.
-    Sent through the process's `CREATE_COMBINER`."""
-    chosen = CREATE_COMBINER.send(params)
+    Sent through the process's `CREATE_COMBINER`; alone, on this thread's connection, inside a
+    transaction (`atomic`), whose row belongs to that transaction."""
+    send = _send_checked if connection.in_atomic_block else CREATE_COMBINER.send
+    chosen = send(params)
     return None if chosen is None else _record_created(new.client_id, new, chosen)
 
 
@@ -573,7 +448,17 @@ class NotificationRepository:
         nothing read)."""
         params = create_params(new, key_check)
         if key_check is not None:
-            record = _insert_checked(params, new)
+            try:
+                record = _insert_checked(params, new)
+            except psycopg.OperationalError:
+                # A persistent connection the server closed since the last request (what
+                # Django's per-request health check finds, which this statement skips). Once
+                # more, on a new connection; had the first committed before the loss, the
+                # second inserts nothing and the create is answered as a replay.
+                if connection.in_atomic_block:
+                    raise
+                connection.close()
+                record = _insert_checked(params, new)
             if record is None:
                 raise KeyCheckFailed()
             return record

@@ -10,6 +10,9 @@ Invariants protected here:
   invalid one never enters the queue;
 - new (201), replay (200) or reused key (409) is decided by the repository's unique constraint
   and the sha256 fingerprint of the normalised request, never by a read that could race;
+- a create whose API key is not yet confirmed in its request (`UnconfirmedKey`) reads and
+  answers nothing of the client's until the key is: by the insert that checks it, or by a
+  lookup;
 - a stored body is at most 64 KiB of UTF-8 after rendering;
 - a client whose PENDING backlog is over its limit cannot create (429), but can still replay;
   the figure is a per-process cache (`ClientBacklog`), recounted at most every
@@ -45,6 +48,7 @@ from notifications.repositories import (
     DuplicateRequest,
     Inserted,
     KeyCheck,
+    KeyCheckFailed,
     ListFilters,
     ListPage,
     ListPosition,
@@ -121,29 +125,39 @@ class TemplateRenderer(Protocol):
         """Renders `request.template` with `request.payload`, or raises a DomainError."""
 
 
-class RenderedOnce:
-    """A renderer for one API request: the first call renders, a repeat answers as it did
-    (its content, or the same DomainError). The thin create path may call the service twice
-    for one request (once with the key unchecked, then again after authenticating), and a
-    template can cost up to a whole rendered body to fill."""
+class UnconfirmedKey(Protocol):
+    """The request's API key as this process authenticated it before (the thin create path's
+    remembered key), not yet looked up in this request: the create statement checks that it is
+    still usable (`check`). Where that statement cannot tell (it inserted nothing) or is not
+    sent (a refusal before it), `confirm` looks the key up and raises the API's 401 when it is
+    no longer usable."""
 
-    def __init__(self, renderer: TemplateRenderer) -> None:
-        self.renderer = renderer
-        self._done: tuple[uuid.UUID, RenderedContent | DomainError] | None = None
+    @property
+    def check(self) -> KeyCheck: ...
 
-    def render(self, *, client_id: uuid.UUID, request: NotificationRequest) -> RenderedContent:
-        if self._done is None or self._done[0] != client_id:
-            try:
-                outcome: RenderedContent | DomainError = self.renderer.render(
-                    client_id=client_id, request=request
-                )
-            except DomainError as error:
-                outcome = error
-            self._done = (client_id, outcome)
-        outcome = self._done[1]
-        if isinstance(outcome, DomainError):
-            raise outcome
-        return outcome
+    def confirm(self) -> None: ...
+
+
+class CriticalNotAllowed(InvalidRequest):
+    """CRITICAL from a client without the permission. An InvalidRequest so that a batch item
+    carries it like any other refused item; the answer is 403, not 400."""
+
+    code = "critical_not_allowed"
+    http_status = http.HTTP_403_FORBIDDEN
+
+    def __init__(self) -> None:
+        message = (
+            "Your client may not send CRITICAL notifications; an operator can allow it "
+            "(admin, or create_client --critical)."
+        )
+        super().__init__(message, fields={"priority": [message]})
+
+
+def notification_priority_check(*, priority: Priority | None, may_send_critical: bool) -> None:
+    """Raises CriticalNotAllowed for CRITICAL from a client without the permission: CRITICAL
+    goes before every other client's work and skips the rate limit."""
+    if priority == Priority.CRITICAL and not may_send_critical:
+        raise CriticalNotAllowed()
 
 
 class NoTemplates:
@@ -343,14 +357,15 @@ def notification_create(
     max_pending: int | None = None,
     max_attempts: int | None = None,
     backlog: ClientBacklog | None = None,
-    key_check: KeyCheck | None = None,
+    unconfirmed_key: UnconfirmedKey | None = None,
 ) -> CreateResult:
     """Creates the notification, or answers with the one this key already created.
 
     The common case is one statement: the insert, or the row already holding the key. With
-    `key_check` (an API key not yet checked in this request), that statement also checks the
-    key, and every other outcome raises (`KeyCheckFailed` or the DomainError) without reading
-    anything of the client's: the caller then authenticates first and calls again.
+    `unconfirmed_key` (an API key not yet looked up in this request), that statement also
+    checks the key; nothing of the client's is read or answered before the key is known
+    usable: by that statement's insert, or else by `unconfirmed_key.confirm()`, which raises
+    when it is not (and then the create goes on as one whose key was looked up).
     """
     repository = repository or NotificationRepository()
     backlog = backlog or CLIENT_BACKLOG
@@ -366,8 +381,8 @@ def notification_create(
         )
         backlog.check(client_id=client_id, limit=limit, repository=repository)
     except DomainError:
-        if key_check is not None:
-            raise
+        if unconfirmed_key is not None:
+            unconfirmed_key.confirm()
         # A replay is answered even when the backlog is full, and even when the template or
         # the user's preferences changed since: it answers as the first request did.
         result = _replay_if_known(
@@ -379,7 +394,10 @@ def notification_create(
         if result is None:
             raise
         return result
-    result = _insert(new=new, repository=repository, key_check=key_check)
+    if unconfirmed_key is None:
+        result = _insert(new=new, repository=repository)
+    else:
+        result = _insert_key_checked(new=new, repository=repository, key=unconfirmed_key)
     if result.created:
         backlog.created(client_id=client_id, count=1)
     return result
@@ -581,15 +599,27 @@ def _notification_prepare(
     )
 
 
-def _insert(
-    *, new: NewNotification, repository: NotificationStore, key_check: KeyCheck | None = None
+def _insert_key_checked(
+    *, new: NewNotification, repository: NotificationStore, key: UnconfirmedKey
 ) -> CreateResult:
+    """The insert that also checks the API key. Nothing inserted (the key is no longer usable,
+    or the idempotency key is taken) or refused: the key is confirmed, then the insert alone
+    answers (the key's holder: a replay or a conflict) or the refusal stands."""
     try:
-        inserted = (
-            repository.insert(new=new)
-            if key_check is None
-            else repository.insert(new=new, key_check=key_check)
-        )
+        inserted = repository.insert(new=new, key_check=key.check)
+    except KeyCheckFailed:
+        key.confirm()
+        return _insert(new=new, repository=repository)
+    except DomainError:
+        key.confirm()
+        raise
+    metrics.notification_created(channel=inserted.channel)
+    return CreateResult(notification=inserted, created=True)
+
+
+def _insert(*, new: NewNotification, repository: NotificationStore) -> CreateResult:
+    try:
+        inserted = repository.insert(new=new)
     except DuplicateRequest as duplicate:
         return _replay(existing=duplicate.existing, fingerprint=new.request_fingerprint)
     metrics.notification_created(channel=inserted.channel)

@@ -20,9 +20,10 @@ from rest_framework.views import APIView
 from clients.permissions import IsOperator
 from monitoring.middleware import ShortcutMetrics
 from notifications import ingest, listing, retries, schema, services
-from notifications.models import Priority
 from notifications.schema import IDEMPOTENCY_HEADER
 from notifications.serializers import (
+    BATCH_ITEM_PLAIN,
+    CREATE_PLAIN,
     BatchInput,
     BatchItemInput,
     BulkRetryInput,
@@ -34,30 +35,9 @@ from notifications.serializers import (
     notification_request,
 )
 from notifyqueue.errors import InvalidRequest, error_body
-from notifyqueue.shortcuts import Shortcut, Shortcuts
+from notifyqueue.serializers import PlainValidator
+from notifyqueue.serving.shortcuts import Shortcut, Shortcuts
 from preferences.routing import NotificationContent
-
-
-class CriticalNotAllowed(InvalidRequest):
-    """CRITICAL from a client without the permission. An InvalidRequest so that a batch item
-    carries it like any other refused item; the answer is 403, not 400."""
-
-    code = "critical_not_allowed"
-    http_status = status.HTTP_403_FORBIDDEN
-
-    def __init__(self) -> None:
-        message = (
-            "Your client may not send CRITICAL notifications; an operator can allow it "
-            "(admin, or create_client --critical)."
-        )
-        super().__init__(message, fields={"priority": [message]})
-
-
-def _priority_allowed(client, priority: Priority | None) -> None:
-    """Raises CriticalNotAllowed for CRITICAL from a client without the permission:
-    CRITICAL goes before every other client's work and skips the rate limit."""
-    if priority == Priority.CRITICAL and not getattr(client, "may_send_critical", False):
-        raise CriticalNotAllowed()
 
 
 def _notification_id(raw: str) -> uuid.UUID:
@@ -79,8 +59,10 @@ class NotificationCollectionView(APIView):
             raise InvalidRequest(
                 f"{IDEMPOTENCY_HEADER}: {problem}", fields={IDEMPOTENCY_HEADER: [problem]}
             )
-        data = _validated(_SHAPES.create, request.data)
-        _priority_allowed(request.user, data.get("priority"))
+        data = _validated(CREATE_PLAIN, _SHAPES.create, request.data)
+        services.notification_priority_check(
+            priority=data.get("priority"), may_send_critical=request.user.may_send_critical
+        )
         result = services.notification_create(
             client_id=request.user.id,
             idempotency_key=key,
@@ -198,9 +180,13 @@ class _Shapes(threading.local):
 _SHAPES = _Shapes()
 
 
-def _validated(serializer: serializers.Serializer, data) -> dict:
-    """What `serializer(data=data).is_valid(raise_exception=True)` would give, on an instance
-    that is reused."""
+def _validated(plain: PlainValidator, serializer: serializers.Serializer, data) -> dict:
+    """What `serializer(data=data).is_valid(raise_exception=True)` would give: by `plain`, the
+    serializer's own field checks, for data that is plainly valid (as the thin path checks
+    it); otherwise by the serializer, on an instance that is reused, with its messages."""
+    validated = plain.validated(data)
+    if validated is not None:
+        return validated
     serializer.initial_data = data
     try:
         return serializer.run_validation(data)
@@ -211,12 +197,14 @@ def _validated(serializer: serializers.Serializer, data) -> dict:
 def _batch_item(raw, client) -> services.BatchItem | InvalidRequest:
     """One batch item, validated by the DRF item serializer: the item, or its error."""
     try:
-        data = _validated(_SHAPES.batch_item, raw)
+        data = _validated(BATCH_ITEM_PLAIN, _SHAPES.batch_item, raw)
     except serializers.ValidationError as exc:
         return _invalid(exc.detail)
     try:
-        _priority_allowed(client, data.get("priority"))
-    except CriticalNotAllowed as refused:
+        services.notification_priority_check(
+            priority=data.get("priority"), may_send_critical=client.may_send_critical
+        )
+    except services.CriticalNotAllowed as refused:
         return refused
     return services.BatchItem(
         idempotency_key=data["idempotency_key"], request=notification_request(data)
@@ -255,14 +243,15 @@ def _allowed_methods(drf_class: type[APIView]) -> str:
 
 def _thin_post(drf_class: type[APIView], post: Callable[..., HttpResponse | None]) -> Callable:
     """The URL's view: POST goes the thin path (notifications/ingest.py), which hands any
-    request it does not settle to the DRF view; other methods go to the DRF view. The DRF
-    view stays what the OpenAPI schema documents (`cls`, `initkwargs`)."""
+    request that is not plainly valid to the DRF view; other methods, and a POST the thin
+    path already gave back under the WSGI shortcut, go to the DRF view. The DRF view stays
+    what the OpenAPI schema documents (`cls`, `initkwargs`)."""
     drf_view = drf_class.as_view()
     allow = _allowed_methods(drf_class)
 
     @csrf_exempt
     def view(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if request.method == "POST":
+        if request.method == "POST" and not ingest.given_back(request):
             return post(request, drf_view=drf_view, allow=allow)
         return drf_view(request, *args, **kwargs)
 
@@ -283,7 +272,7 @@ def _long_way(request: HttpRequest) -> None:
 
 def api_shortcuts() -> Shortcuts:
     """`settings.API_SHORTCUTS`: the thin path's two POSTs, taken before Django's handler
-    (notifyqueue/shortcuts.py). Whatever the thin path gives back goes the long way."""
+    (notifyqueue/serving/shortcuts.py). Whatever the thin path gives back goes the long way."""
     routes = {}
     for name, drf_class, post in (
         ("notification-list", NotificationCollectionView, ingest.create),

@@ -9,7 +9,7 @@ that answers the scrape; notifyqueue/wsgi.py logs a warning saying so.)
 
 Slow clients: the worker reads each request whole, without blocking, before a thread takes
 it, and closes a connection whose request has not arrived within its deadline
-(notifyqueue/gunicorn_worker.py).
+(notifyqueue/serving/gunicorn_worker.py).
 
 /metrics must report the whole API, not whichever worker process answers the scrape. So every
 process writes its counters into PROMETHEUS_MULTIPROC_DIR (prometheus_client's multi-process
@@ -25,7 +25,7 @@ The variable is set here, before any worker imports prometheus_client (its value
 chosen at import), and the hook imports prometheus_client only when it runs.
 
 The worker is gunicorn's threaded one, reading requests whole in its main thread, whose threads
-stay on a kept-alive connection for its next request (notifyqueue/gunicorn_worker.py);
+stay on a kept-alive connection for its next request (notifyqueue/serving/gunicorn_worker.py);
 `--threads N` sets its threads (default 1).
 """
 
@@ -34,7 +34,7 @@ import shutil
 import tempfile
 
 wsgi_app = "notifyqueue.wsgi:application"
-worker_class = "notifyqueue.gunicorn_worker.LingeringThreadWorker"
+worker_class = "notifyqueue.serving.gunicorn_worker.LingeringThreadWorker"
 
 _metrics_dir_made_here = None
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -102,7 +102,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "notifyqueue.urls"
-# The create endpoints answered before Django's handler (notifyqueue/shortcuts.py).
+# The create endpoints answered before Django's handler (notifyqueue/serving/shortcuts.py).
 API_SHORTCUTS = "notifications.views.api_shortcuts"
 WSGI_APPLICATION = "notifyqueue.wsgi.application"
 ASGI_APPLICATION = "notifyqueue.asgi.application"
@@ -207,7 +207,10 @@ NOTIFYQUEUE_MAX_ATTEMPTS = env.int("NOTIFYQUEUE_MAX_ATTEMPTS", default=6)
 NOTIFYQUEUE_BACKOFF_BASE_SECONDS = env.float("NOTIFYQUEUE_BACKOFF_BASE_SECONDS", default=0.5)
 NOTIFYQUEUE_BACKOFF_MAX_SECONDS = env.float("NOTIFYQUEUE_BACKOFF_MAX_SECONDS", default=60.0)
 NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS = env.float("NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS", default=300.0)
+# Per (client, recipient), the recipient normalised for counting (notifyqueue/addresses.py).
 NOTIFYQUEUE_RATE_LIMIT = env.int("NOTIFYQUEUE_RATE_LIMIT", default=10)
+# Per normalised address across all clients, in the same window; 0 is off.
+NOTIFYQUEUE_RECIPIENT_RATE_LIMIT = env.int("NOTIFYQUEUE_RECIPIENT_RATE_LIMIT", default=0)
 NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS = env.float(
     "NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS", default=3600.0
 )

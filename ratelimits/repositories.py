@@ -2,6 +2,9 @@
 `ratelimits/sql/ratelimits.sql`.
 
 Invariants protected here:
+- a window is per (channel, client, recipient), the recipient in its counting form
+  (`notifyqueue.addresses.recipient_key`, computed here from the claim's channel and recipient
+  as they are at send time), with an optional ceiling per address across clients;
 - a key's check-and-record is serialised by a transaction-level advisory lock on the key, so
   two workers cannot both take its last slot;
 - a deferred notification goes back to PENDING with its attempt returned, due when a slot
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from django.db import transaction
 
+from notifyqueue.addresses import recipient_key
 from notifyqueue.sqlgateway import Queries
 
 SQL = Queries(Path(__file__).with_name("sql") / "ratelimits.sql")
@@ -64,7 +68,7 @@ class _AdmitManyRow:
 
 class RateLimitRepository:
     def recipients_admit(
-        self, *, claims: list[AdmissionRequest], limit: int, window_s: float
+        self, *, claims: list[AdmissionRequest], limit: int, window_s: float, ceiling: int = 0
     ) -> set[uuid.UUID]:
         """Records a delivery for each claimed row whose key has a slot, in one statement (the
         keys locked in one global order); returns the ids admitted. A row left out was at its
@@ -77,10 +81,12 @@ class RateLimitRepository:
             channels=[c.channel for c in claims],
             client_ids=[c.client_id for c in claims],
             recipients=[c.recipient for c in claims],
+            recipient_keys=[recipient_key(c.channel, c.recipient) for c in claims],
             ids=[c.notification_id for c in claims],
             claim_tokens=[c.claim_token for c in claims],
             criticals=[c.critical for c in claims],
             limit=limit,
+            ceiling=ceiling,
             window_s=window_s,
         )
         return {r.notification_id for r in rows if r.admitted}
@@ -96,6 +102,7 @@ class RateLimitRepository:
         critical: bool,
         limit: int,
         window_s: float,
+        ceiling: int = 0,
     ) -> Admission:
         """Records a delivery for the recipient if it has a slot (CRITICAL always has one);
         otherwise defers the notification to the moment a slot frees."""
@@ -103,10 +110,12 @@ class RateLimitRepository:
             "channel": channel,
             "client_id": client_id,
             "recipient": recipient,
+            "recipient_key": recipient_key(channel, recipient),
             "notification_id": notification_id,
             "claim_token": claim_token,
             "critical": critical,
             "limit": limit,
+            "ceiling": ceiling,
             "window_s": window_s,
         }
         if SQL.scalar("ratelimit_admit", **params):

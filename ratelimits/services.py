@@ -1,4 +1,6 @@
-"""The rate-limit rule: at most `limit` deliveries per recipient in any rolling window.
+"""The rate-limit rule: at most `limit` deliveries per (client, recipient) in any rolling
+window, the recipient counted in its normalised form, and with `ceiling` > 0 at most `ceiling`
+per address across all clients.
 
 Over the limit means wait, not fail: the notification is deferred with its attempt given
 back. CRITICAL notifications are never held back, but they are counted.
@@ -18,6 +20,8 @@ from ratelimits.repositories import Admission, AdmissionRequest, Admitted, RateL
 class RateLimit:
     limit: int
     window_s: float
+    # The service-wide ceiling per address across clients; 0 is off.
+    ceiling: int = 0
 
 
 class Admittable(Protocol):
@@ -49,6 +53,7 @@ def recipients_admit(
         claims=[_request(claim) for claim in claims],
         limit=rate_limit.limit,
         window_s=rate_limit.window_s,
+        ceiling=rate_limit.ceiling,
     )
     return {
         claim.id: Admitted()
@@ -71,6 +76,7 @@ def recipient_admit(
         critical=request.critical,
         limit=rate_limit.limit,
         window_s=rate_limit.window_s,
+        ceiling=rate_limit.ceiling,
     )
 
 

@@ -1,16 +1,19 @@
--- The per-recipient rolling window. `RateLimitRepository` is the only user of these statements.
--- A window is keyed by ratelimit_key(channel, client, recipient) (ratelimits/sql/functions/): the
--- address for email, SMS and push, across clients; (client, user) for in-app. Everything that
--- checks a key's count runs under that key's transaction-level advisory lock (taken inside
--- ratelimit_admit()), so two workers never both take the last slot; other keys hash to other
--- locks and are not blocked. Every time is notifyqueue_now(), the database's clock.
+-- The rolling windows. `RateLimitRepository` is the only user of these statements.
+-- A window is keyed by ratelimit_key(channel, client, recipient key) (ratelimits/sql/functions/):
+-- one per client and recipient on every channel, the recipient in its counting form
+-- (notifyqueue/addresses.py); with the ceiling on, also ratelimit_key(channel, NULL, recipient
+-- key) per address across clients. Everything that checks a key's count runs under that key's
+-- transaction-level advisory lock (taken inside ratelimit_admit()), so two workers never both
+-- take the last slot; other keys hash to other locks and are not blocked. Every time is
+-- notifyqueue_now(), the database's clock.
 
 -- name: ratelimit_admit
--- Lock, forget what left the window, count, and record if under the limit (CRITICAL: record
--- without a check); when a slot is left over, let the next held row of the key go. The
+-- Lock, forget what left the window, count, and record if under the limit and the ceiling
+-- (CRITICAL: record without a check); when a slot is left over, let the next held row of the key go. The
 -- function is in notifications/sql/functions/. True when admitted.
 SELECT ratelimit_admit(%(channel)s, %(client_id)s, %(recipient)s, %(notification_id)s,
-                       %(claim_token)s, %(limit)s, %(window_s)s, %(critical)s)
+                       %(claim_token)s, %(limit)s, %(window_s)s, %(critical)s,
+                       %(recipient_key)s, %(ceiling)s)
 
 -- name: ratelimit_admit_many
 -- ratelimit_admit for every row of a claim, in one statement: the keys' advisory locks are
@@ -19,7 +22,7 @@ SELECT ratelimit_admit(%(channel)s, %(client_id)s, %(recipient)s, %(notification
 SELECT notification_id, admitted
 FROM ratelimit_admit_many(%(channels)s::text[], %(client_ids)s::uuid[], %(recipients)s::text[],
                           %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(criticals)s::boolean[],
-                          %(limit)s, %(window_s)s)
+                          %(limit)s, %(window_s)s, %(recipient_keys)s::text[], %(ceiling)s)
 
 -- name: ratelimit_defer
 -- The key is at its limit. Gives the claimed row back (PENDING, attempt returned), due at the
@@ -31,7 +34,7 @@ FROM ratelimit_admit_many(%(channels)s::text[], %(client_ids)s::uuid[], %(recipi
 SELECT due_at
 FROM notification_rate_defer(%(channel)s::text, %(client_id)s::uuid, %(recipient)s::text,
                              %(notification_id)s::uuid, %(claim_token)s::uuid, %(limit)s::int,
-                             %(window_s)s::float8)
+                             %(window_s)s::float8, %(recipient_key)s::text, %(ceiling)s::int)
 
 -- name: ratelimit_release_freed
 -- Failed attempts freed their slots: for each such key, the next row a deferral holds back may

@@ -2,6 +2,7 @@
 
 import pytest
 from django.contrib.auth.models import User
+from rest_framework.test import APIClient
 
 from tests.support.http_servers import LoopbackProvider, ScriptedHTTPServer
 
@@ -34,3 +35,10 @@ def superuser(client):
     """Django's test client, logged in as a superuser: the admin as an operator sees it."""
     client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
     return client
+
+
+@pytest.fixture
+def http(api) -> APIClient:
+    """The acme client, with server errors answered (as in production) instead of raised."""
+    api.raise_request_exception = False
+    return api

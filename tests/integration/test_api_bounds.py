@@ -8,34 +8,14 @@ import json
 import psycopg
 import pytest
 from django.urls import get_resolver
-from rest_framework.test import APIClient
 
 from notifications.models import Notification
 from notifyqueue.parsers import JSON_MAX_DEPTH
 from preferences.models import UserPreferences
 from templates.models import MessageTemplate
+from tests.support.api_requests import URL, VALID, create, create_raw
 
 pytestmark = pytest.mark.django_db
-
-URL = "/api/v1/notifications"
-VALID = {"channel": "email", "recipient": "ada@example.com", "subject": "Hi", "body": "Welcome"}
-
-
-@pytest.fixture
-def http(api) -> APIClient:
-    """The acme client, with server errors answered (as in production) instead of raised."""
-    api.raise_request_exception = False
-    return api
-
-
-def create(http: APIClient, body, key: str = "key-1"):
-    return http.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
-
-
-def create_raw(http: APIClient, text: str, key: str = "key-1"):
-    return http.generic(
-        "POST", URL, text, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key
-    )
 
 
 def error_of(response, status: int) -> dict:

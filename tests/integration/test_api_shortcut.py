@@ -1,5 +1,5 @@
-"""The WSGI shortcut for the create endpoints (notifyqueue/shortcuts.py) answers exactly as the
-long way does: Django's handler, every middleware, the URL's view.
+"""The WSGI shortcut for the create endpoints (notifyqueue/serving/shortcuts.py) answers
+exactly as the long way does: Django's handler, every middleware, the URL's view.
 
 Requests go to a `ShortcutApplication` built as notifyqueue/wsgi.py builds it, through
 werkzeug's WSGI test client (what schemathesis drives too), with the Django application under
@@ -25,7 +25,7 @@ from werkzeug.test import Client
 from monitoring.middleware import FLUSH_EVERY_S, flush_request_metrics
 from notifications import repositories, services
 from notifications.views import api_shortcuts
-from notifyqueue.shortcuts import ShortcutApplication
+from notifyqueue.serving.shortcuts import ShortcutApplication
 from tests.integration.test_api_thin_path import BATCH_URL, URL, VALID
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -181,10 +181,19 @@ def test_a_request_the_thin_path_gives_back_goes_the_long_way_with_its_body(
     same_answer(shortcut, http(URL, body, key="k-1", api_key=key, raw=raw, headers=LONG_WAY))
 
 
-def test_a_bad_api_key_is_refused_the_long_way(http, long_way, make_client):
+@pytest.mark.parametrize(
+    "api_key",
+    ["nope.nope", "", "é.é"],
+    ids=["unknown key", "no key", "not ASCII"],
+)
+def test_a_bad_api_key_on_a_valid_create_is_refused_by_the_shortcut_as_the_long_way_does(
+    http, long_way, make_client, api_key
+):
     make_client()
-    refused = http(URL, VALID, key="k-1", api_key="nope.nope")
-    assert refused.status_code == 401 and long_way.calls == 1
+    refused = http(URL, VALID, key="k-1", api_key=api_key)
+    assert refused.status_code == 401 and long_way.calls == 0  # authenticated once, here
+    same_answer(refused, http(URL, VALID, key="k-1", api_key=api_key, headers=LONG_WAY))
+    assert long_way.calls == 1
 
 
 def test_the_api_guards_refusals_are_made_the_long_way(http, long_way, make_client, settings):

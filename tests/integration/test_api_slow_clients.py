@@ -1,7 +1,7 @@
 """Slow clients cannot stall the API as production runs it (gunicorn with
 notifyqueue/gunicorn_conf.py, one thread per process): 50 connections sending their headers or
 their bodies a byte at a time leave /status and a create answering at once, and each slow
-request is answered 408 once its deadline passes (notifyqueue/gunicorn_worker.py)."""
+request is answered 408 once its deadline passes (notifyqueue/serving/gunicorn_worker.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from notifyqueue.gunicorn_worker import REQUEST_READ_TIMEOUT_S
+from notifyqueue.serving.gunicorn_worker import REQUEST_READ_TIMEOUT_S
 from tests.support.gunicorn_server import gunicorn_environment, gunicorn_serving
 
 SLOW_CONNECTIONS = 50

@@ -77,7 +77,7 @@ def test_a_create_by_the_drf_view_replays_the_same_by_the_thin_path(api):
     ],
     ids=["bad channel", "unknown field", "no key", "bad key", "a list", "critical", "NUL"],
 )
-def test_refusals_are_the_drf_views_own(api, body, key):
+def test_refusals_answer_the_same_by_either_path(api, body, key):
     same_answer(post(api, URL, body, key=key), post(api, URL, body, key=key, drf=True))
 
 
@@ -98,10 +98,18 @@ def test_a_full_backlog_answers_429_the_same_by_either_path(api, settings):
     assert thin.content == drf.content and dict(thin.headers) == dict(drf.headers)
 
 
-def test_a_bad_api_key_is_refused_by_the_drf_view(acme):
+@pytest.mark.parametrize(
+    "header",
+    [None, "Api-Key nope.nope", "Bearer x", "Api-Key é.é"],
+    ids=["none", "unknown key", "another scheme", "not ASCII"],
+)
+@pytest.mark.parametrize("url", [URL, BATCH_URL], ids=["create", "batch"])
+def test_a_missing_or_bad_api_key_answers_401_the_same_by_either_path(acme, url, header):
     http = APIClient()
-    http.credentials(HTTP_AUTHORIZATION="Api-Key nope.nope")
-    thin, drf = post(http, URL, VALID, key="k-1"), post(http, URL, VALID, key="k-1", drf=True)
+    if header is not None:
+        http.credentials(HTTP_AUTHORIZATION=header)
+    body = VALID if url == URL else {"notifications": [{**VALID, "idempotency_key": "b-1"}]}
+    thin, drf = post(http, url, body, key="k-1"), post(http, url, body, key="k-1", drf=True)
     assert thin.status_code == 401
     same_answer(thin, drf)
 

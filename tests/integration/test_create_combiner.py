@@ -1,5 +1,5 @@
 """Single creates gathered into one statement while another create statement of the process
-runs (notifications/repositories.py, `CreateCombiner`): each create is still its own, with its
+runs (notifications/combiner.py, `CreateCombiner`): each create is still its own, with its
 own content, client, API key, idempotency answer and error."""
 
 from __future__ import annotations

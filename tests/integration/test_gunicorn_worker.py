@@ -1,4 +1,4 @@
-"""The API's gunicorn worker (notifyqueue/gunicorn_worker.py), whose thread stays on a
+"""The API's gunicorn worker (notifyqueue/serving/gunicorn_worker.py), whose thread stays on a
 kept-alive connection for its next request, under real gunicorn with the production config.
 
 What staying must not change: every request on a kept-alive connection is answered, in order,
@@ -67,7 +67,7 @@ def test_a_kept_alive_connection_is_answered_in_order_and_the_server_stops_with_
     assert {status for status, _ in one_by_one + pipelined + last} <= {200, 503}
     assert len(one_by_one + pipelined + last) == 24
     assert all(connection != "close" for _, connection in one_by_one + pipelined + last)
-    assert "Using worker: notifyqueue.gunicorn_worker.LingeringThreadWorker" in output[0]
+    assert "Using worker: notifyqueue.serving.gunicorn_worker.LingeringThreadWorker" in output[0]
 
 
 def test_a_client_sending_request_after_request_keeps_no_other_client_waiting(database_url):

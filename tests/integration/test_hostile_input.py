@@ -20,11 +20,10 @@ from rest_framework.test import APIClient
 from notifications.models import Notification
 from preferences.models import UserPreferences
 from templates.models import MessageTemplate
+from tests.support.api_requests import URL, VALID, create, create_raw
 
 pytestmark = pytest.mark.django_db
 
-URL = "/api/v1/notifications"
-VALID = {"channel": "email", "recipient": "ada@example.com", "subject": "Hi", "body": "Welcome"}
 # Every character that ends a line for str.splitlines() or Python's mail package, and the
 # other control characters but tab: none may be in an email subject given directly.
 HEADER_BREAKS = [
@@ -34,23 +33,6 @@ HEADER_BREAKS = [
     "\u2028",
     "\u2029",
 ]
-
-
-@pytest.fixture
-def http(api) -> APIClient:
-    """The acme client, with server errors answered (as in production) instead of raised."""
-    api.raise_request_exception = False
-    return api
-
-
-def create(http: APIClient, body, key: str = "key-1"):
-    return http.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
-
-
-def create_raw(http: APIClient, text: str, key: str = "key-1"):
-    return http.generic(
-        "POST", URL, text, content_type="application/json", HTTP_IDEMPOTENCY_KEY=key
-    )
 
 
 def error_of(response, status: int = 400) -> dict:
@@ -164,38 +146,6 @@ def test_a_template_that_would_expand_past_the_bound_is_refused_fast_and_small(h
     assert elapsed < 2.0, elapsed
     assert peak < 32 * 1024 * 1024, peak
     assert not Notification.objects.exists()
-
-
-def test_a_template_is_rendered_once_per_request_even_when_refused():
-    """The thin path may call the create service twice for one request; the renderer it
-    passes renders once and repeats its answer."""
-    import uuid
-
-    from notifications.services import NotificationRequest, RenderedOnce
-    from notifyqueue.errors import InvalidRequest
-    from preferences.routing import RenderedContent
-
-    calls = []
-
-    class Counting:
-        def render(self, *, client_id, request):
-            calls.append(client_id)
-            if request.template == "bad":
-                raise InvalidRequest("payload: too big", fields={"payload": ["too big"]})
-            return RenderedContent(channel="email", recipient="a@b.c", subject="s", body="b")
-
-    client_id = uuid.uuid4()
-    for template in ("bad", "good"):
-        once = RenderedOnce(Counting())
-        request = NotificationRequest(channel="email", recipient="a@b.c", template=template)
-        outcomes = []
-        for _ in range(2):
-            try:
-                outcomes.append(once.render(client_id=client_id, request=request))
-            except InvalidRequest as error:
-                outcomes.append(error)
-        assert outcomes[0] is outcomes[1]
-    assert len(calls) == 2
 
 
 # ------------------------------------------------------------------ values jsonb cannot hold

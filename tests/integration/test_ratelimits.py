@@ -9,9 +9,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from clients.models import Client
 from delivery.models import DeliveryAttempt, Outcome
 from delivery.repositories import DeliveryRepository
 from notifications.models import Notification, Priority, Status
+from notifyqueue.addresses import recipient_key
 from ratelimits.models import RecipientDelivery
 from ratelimits.repositories import ClaimLost, RateLimitRepository
 from ratelimits.services import RateLimit
@@ -59,19 +61,31 @@ def clock():
     return clock
 
 
-def rate_key(recipient: str, *, channel: str = "email", client_id=None) -> bytes:
-    """ratelimit_key() (its file in ratelimits), as the window table stores it."""
-    key = f"in_app:{client_id}:{recipient}" if channel == "in_app" else recipient
+def rate_key(recipient: str, *, client_id, channel: str = "email") -> bytes:
+    """ratelimit_key() (its file in ratelimits) of the recipient's counting form, as the window
+    table stores it."""
+    key = f"{channel}:{client_id}:{recipient_key(channel, recipient)}"
     return hashlib.sha256(key.encode()).digest()
 
 
-def window_count(recipient: str, **kwargs) -> int:
-    return RecipientDelivery.objects.filter(key=rate_key(recipient, **kwargs)).count()
+def address_key(recipient: str, *, channel: str = "email") -> bytes:
+    """ratelimit_key(channel, NULL, ...): the ceiling's key per address across clients."""
+    return hashlib.sha256(f"{channel}:*:{recipient_key(channel, recipient)}".encode()).digest()
+
+
+def window_count(recipient: str, *, channel: str = "email", client_id=None) -> int:
+    """Deliveries in the recipient's window of one client, or of every client together."""
+    clients = [client_id] if client_id else list(Client.objects.values_list("id", flat=True))
+    keys = [rate_key(recipient, channel=channel, client_id=c) for c in clients]
+    return RecipientDelivery.objects.filter(key__in=keys).count()
 
 
 def window_fill(recipient: str, notification, at) -> None:
     RecipientDelivery.objects.create(
-        key=rate_key(recipient), at=at, notification=notification, claim_token=notification.id
+        key=rate_key(recipient, client_id=notification.client_id),
+        at=at,
+        notification=notification,
+        claim_token=notification.id,
     )
 
 
@@ -380,7 +394,7 @@ def test_a_window_full_of_critical_deliveries_costs_a_claim_no_more_than_its_lim
             "INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token) "
             "SELECT %s, %s - g * interval '1 millisecond', %s, gen_random_uuid() "
             "FROM generate_series(1, 2000) AS g",
-            [rate_key(recipient), clock.now, anchor.id],
+            [rate_key(recipient, client_id=client.id), clock.now, anchor.id],
         )
         cursor.execute("ANALYZE ratelimit_delivery")
     rows = NotificationFactory.create_batch(50, client=client, recipient=recipient)
@@ -643,14 +657,20 @@ def test_the_admissions_kept_plan_reads_each_keys_window_through_its_own_index(c
             cursor.execute("SELECT pg_stat_get_xact_tuples_returned(%s::regclass)", [index])
             return cursor.fetchone()[0]
 
+    indexes = ("ratelimit_at", "ratelimit_key_at", "ratelimit_address_key_at")
     with transaction.atomic():  # the counters are this transaction's
-        before = {i: entries_read(i) for i in ("ratelimit_at", "ratelimit_key_at")}
+        before = {i: entries_read(i) for i in indexes}
         admitted = repository.recipients_admit(claims=later, limit=10, window_s=WINDOW_S)
         read = {i: entries_read(i) - before[i] for i in before}
 
     assert admitted == {c.notification_id for c in later}
-    # Per key: the five older deliveries, forgotten, and the five in the window, counted.
-    assert read == {"ratelimit_at": 0, "ratelimit_key_at": 10 * len(later)}, read
+    # Per key: the five older deliveries, forgotten, and the five in the window, counted; the
+    # ceiling is off, so its index is never opened.
+    assert read == {
+        "ratelimit_at": 0,
+        "ratelimit_key_at": 10 * len(later),
+        "ratelimit_address_key_at": 0,
+    }, read
 
 
 def test_a_deferral_reads_the_recipients_backlog_not_its_history():
@@ -692,10 +712,12 @@ def test_a_deferral_reads_the_recipients_backlog_not_its_history():
         "channel": "email",
         "client_id": client.id,
         "recipient": recipient,
+        "recipient_key": recipient,
         "notification_id": claimed.id,
         "claim_token": token,
         "critical": False,
         "limit": 2,
+        "ceiling": 0,
         "window_s": WINDOW_S,
     }
     with connection.cursor() as cursor:
@@ -729,7 +751,7 @@ def test_the_prune_forgets_deliveries_that_left_every_window_a_batch_at_a_time(c
 
     def delivery(age_s: float) -> RecipientDelivery:
         return RecipientDelivery(
-            key=rate_key("ada@example.com"),
+            key=rate_key("ada@example.com", client_id=notification.client_id),
             at=now - timedelta(seconds=age_s),
             notification=notification,
             claim_token=uuid.uuid4(),
@@ -757,7 +779,7 @@ def test_the_workers_prune_keeps_pace_with_what_it_admitted(clock, workers):
     expired = NotificationFactory(client=client, status=Status.SENT)
     RecipientDelivery.objects.bulk_create(
         RecipientDelivery(
-            key=rate_key(f"gone-{n}@example.com"),
+            key=rate_key(f"gone-{n}@example.com", client_id=client.id),
             at=clock.now - timedelta(seconds=WINDOW_S + 10),
             notification=expired,
             claim_token=uuid.uuid4(),

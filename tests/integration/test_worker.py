@@ -506,12 +506,12 @@ def test_a_failed_admission_of_a_whole_claim_is_retried_row_by_row(clock, close_
     from ratelimits.services import RateLimit
 
     class BatchFailing(RateLimitRepository):
-        def recipients_admit(self, *, claims, limit, window_s):
+        def recipients_admit(self, *, claims, **limits):
             if len(claims) > 1:
                 raise OperationalError("deadlock detected")
             if claims[0].recipient == "poison@example.com":
                 raise DataError("cannot admit this one")
-            return super().recipients_admit(claims=claims, limit=limit, window_s=window_s)
+            return super().recipients_admit(claims=claims, **limits)
 
     client = ClientFactory()
     good = NotificationFactory.create_batch(3, client=client)

@@ -112,7 +112,10 @@ def test_an_address_changed_while_queued_is_deferred_by_the_new_addresss_limit(
     from ratelimits.models import RecipientDelivery
 
     RecipientDelivery.objects.create(
-        key=rate_key("ada@new.example.com"), at=clock.now, notification=other, claim_token=other.id
+        key=rate_key("ada@new.example.com", client_id=notification.client_id),
+        at=clock.now,
+        notification=other,
+        claim_token=other.id,
     )
     worker = limited_worker(clock, limit=1, concurrency=1)
     workers(worker)

@@ -86,7 +86,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         receiver: WebhookReceiver = self.server.receiver
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        length = int(self.headers.get("Content-Length", 0))
+        body = self.rfile.read(length)
+        if len(body) < length:
+            return  # the sender died mid-request (a killed worker): no whole event arrived
         reply = receiver._take(
             Received(
                 path=self.path,

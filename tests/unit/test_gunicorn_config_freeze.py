@@ -1,5 +1,5 @@
-"""The worker's frozen gunicorn config (notifyqueue/gunicorn_worker.py, `config_freeze`) reads
-every setting as gunicorn's own Config does, without its `__getattr__`."""
+"""The worker's frozen gunicorn config (notifyqueue/serving/gunicorn_worker.py,
+`config_freeze`) reads every setting as gunicorn's own Config does, without its `__getattr__`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from gunicorn.config import Config
 from gunicorn.workers.gthread import ThreadWorker
 
-from notifyqueue.gunicorn_worker import LingeringThreadWorker, config_freeze
+from notifyqueue.serving.gunicorn_worker import LingeringThreadWorker, config_freeze
 
 
 def _config() -> Config:
@@ -16,7 +16,7 @@ def _config() -> Config:
     cfg.set("threads", 4)
     cfg.set("forwarded_allow_ips", "10.0.0.1,127.0.0.1")
     cfg.set("limit_request_line", 1234)
-    cfg.set("worker_class", "notifyqueue.gunicorn_worker.LingeringThreadWorker")
+    cfg.set("worker_class", "notifyqueue.serving.gunicorn_worker.LingeringThreadWorker")
     return cfg
 
 

@@ -1,7 +1,7 @@
 """When the API's worker hands a request to a thread: only once it is whole in memory
-(notifyqueue/gunicorn_worker.py, `request_state`)."""
+(notifyqueue/serving/gunicorn_worker.py, `request_state`)."""
 
-from notifyqueue.gunicorn_worker import (
+from notifyqueue.serving.gunicorn_worker import (
     BODY_TOO_LARGE_ANSWER,
     BUFFERED_BODY_MAX_BYTES,
     HEAD_MAX_BYTES,

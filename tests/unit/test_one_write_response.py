@@ -1,6 +1,6 @@
-"""The API's gunicorn answers (notifyqueue/gunicorn_worker.py, `OneWriteResponse`): the headers
-go out in the same write as the body's first bytes, and the bytes on the wire are the ones
-gunicorn's own response writes.
+"""The API's gunicorn answers (notifyqueue/serving/gunicorn_worker.py, `OneWriteResponse`):
+the headers go out in the same write as the body's first bytes, and the bytes on the wire are
+the ones gunicorn's own response writes.
 
 Each test writes to one end of a SOCK_SEQPACKET socket pair, where every write is one record
 and every `recv` reads exactly one: the records read are the writes made.
@@ -19,8 +19,8 @@ from gunicorn.config import Config
 from gunicorn.http import wsgi
 from gunicorn.http.parser import RequestParser
 
-from notifyqueue import gunicorn_worker
-from notifyqueue.gunicorn_worker import ONE_WRITE_MAX_BYTES, OneWriteResponse, http_date_now
+from notifyqueue.serving import gunicorn_worker
+from notifyqueue.serving.gunicorn_worker import ONE_WRITE_MAX_BYTES, OneWriteResponse, http_date_now
 
 BODY = b'{"id": "0190a0b2-0000-7000-8000-000000000000", "status": "PENDING"}'
 GET = b"GET /api/v1/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"

@@ -82,7 +82,7 @@ class Limits:
         self.full, self.error = full, error
         self.whole_claim_calls: list[int] = []
 
-    def recipients_admit(self, *, claims, limit, window_s):
+    def recipients_admit(self, *, claims, limit, window_s, ceiling=0):
         self.whole_claim_calls.append(len(claims))
         if self.error:
             raise self.error

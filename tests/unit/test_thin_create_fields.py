@@ -1,6 +1,7 @@
-"""The thin create path's field checks (notifications/ingest.py) against the DRF serializers
-they stand in for: whatever the thin checks accept, the serializer accepts with the same
-values; what they do not accept is left to the serializer, which then answers."""
+"""The serializers' plain field checks (`CREATE_PLAIN`, `BATCH_ITEM_PLAIN`, which the thin create
+path and the views use) against DRF's validation of the same fields: whatever the plain checks
+accept, the serializer accepts with the same values; what they do not accept is left to the
+serializer, which then answers."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from rest_framework import serializers
 
-from notifications.ingest import BATCH_ITEM_FIELDS, CREATE_FIELDS, create_fields
 from notifications.repositories import QUERIES, RECORD_FIELDS
-from notifications.serializers import BatchItemInput, NotificationCreateInput, notification_request
+from notifications.serializers import (
+    BATCH_ITEM_PLAIN,
+    CREATE_PLAIN,
+    BatchItemInput,
+    NotificationCreateInput,
+    notification_request,
+)
 from notifyqueue.vocabulary import MAX_BODY_BYTES, RECIPIENT_MAX_LENGTH, Priority
 
 BASE = {"channel": "email", "recipient": "ada@example.com", "body": "Welcome"}
@@ -65,6 +71,7 @@ NOT_PLAIN = [
     ("bad priority", {**BASE, "priority": "URGENT"}),
     ("priority number", {**BASE, "priority": 1}),
     ("surrogate", {**BASE, "body": "a\ud800b"}),
+    ("NUL", {**BASE, "body": "a\x00b"}),
     ("recipient too long", {"channel": "in_app", "recipient": "u" * (RECIPIENT_MAX_LENGTH + 1)}),
     ("body too long", {**BASE, "body": "x" * (MAX_BODY_BYTES + 1)}),
     ("subject too long", {**BASE, "subject": "s" * 999}),
@@ -101,7 +108,7 @@ def drf_validated(serializer_class, data):
 def test_a_plain_valid_request_is_taken_with_the_serializers_values(name, data):
     expected = drf_validated(NotificationCreateInput, data)
     assert expected is not None, name
-    got = create_fields(copy.deepcopy(data), CREATE_FIELDS)
+    got = CREATE_PLAIN.validated(copy.deepcopy(data))
     assert got == expected
     assert notification_request(got) == notification_request(expected)
     if "priority" in got:
@@ -110,7 +117,7 @@ def test_a_plain_valid_request_is_taken_with_the_serializers_values(name, data):
 
 @pytest.mark.parametrize(("name", "data"), NOT_PLAIN, ids=[name for name, _ in NOT_PLAIN])
 def test_anything_else_is_left_to_the_serializer(name, data):
-    assert create_fields(copy.deepcopy(data), CREATE_FIELDS) is None
+    assert CREATE_PLAIN.validated(copy.deepcopy(data)) is None
     # The case list is about the serializer too: refused, or accepted by coercion.
     validated = drf_validated(NotificationCreateInput, data)
     assert validated is None or name.startswith("number ")
@@ -121,7 +128,7 @@ def test_anything_else_is_left_to_the_serializer(name, data):
 )
 def test_a_batch_item_with_a_usable_key_is_taken(key):
     item = {**BASE, "idempotency_key": key}
-    assert create_fields(dict(item), BATCH_ITEM_FIELDS) == drf_validated(BatchItemInput, item)
+    assert BATCH_ITEM_PLAIN.validated(dict(item)) == drf_validated(BatchItemInput, item)
 
 
 @pytest.mark.parametrize(
@@ -137,12 +144,12 @@ def test_a_batch_item_with_a_usable_key_is_taken(key):
     ids=["missing", "empty", "spaces", "too long", "not ascii", "number"],
 )
 def test_a_batch_item_without_a_usable_key_is_left_to_the_serializer(item):
-    assert create_fields(dict(item), BATCH_ITEM_FIELDS) is None
+    assert BATCH_ITEM_PLAIN.validated(dict(item)) is None
 
 
 def test_a_single_create_takes_no_idempotency_key_field():
     item = {**BASE, "idempotency_key": "k-1"}
-    assert create_fields(item, CREATE_FIELDS) is None
+    assert CREATE_PLAIN.validated(item) is None
     with pytest.raises(serializers.ValidationError):
         NotificationCreateInput(data=item).is_valid(raise_exception=True)
 

@@ -41,6 +41,7 @@ def worker_from_settings(*, concurrency: int, batch_size: int) -> Worker:
             rate_limit=RateLimit(
                 limit=settings.NOTIFYQUEUE_RATE_LIMIT,
                 window_s=settings.NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS,
+                ceiling=settings.NOTIFYQUEUE_RECIPIENT_RATE_LIMIT,
             ),
             circuit=CircuitPolicy(
                 threshold=settings.NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD,

@@ -1,9 +1,12 @@
 -- The deferral (ratelimits' `ratelimit_defer` calls it). It ends a claim, guarded by the
 -- claim's token and PROCESSING as the finish is, and finishes its attempt row, so it is the
--- worker's. Planned at each call for its values, as a statement sent on its own is.
+-- worker's. Planned at each call for its values, as a statement sent on its own is. The two
+-- last parameters have defaults so that a worker of the previous release, still running while
+-- the migration lands, defers through this function.
 CREATE OR REPLACE FUNCTION notification_rate_defer(
     p_channel text, p_client_id uuid, p_recipient text, p_notification_id uuid,
-    p_claim_token uuid, p_limit integer, p_window_s double precision)
+    p_claim_token uuid, p_limit integer, p_window_s double precision,
+    p_recipient_key text DEFAULT NULL, p_ceiling integer DEFAULT 0)
 RETURNS TABLE(due_at timestamptz)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -26,8 +29,23 @@ BEGIN
     WITH recent AS (
         SELECT at, row_number() OVER (ORDER BY at DESC) AS newest_first
         FROM ratelimit_delivery
-        WHERE key = ratelimit_key(p_channel, p_client_id, p_recipient)
+        WHERE key = ratelimit_key(p_channel, p_client_id, coalesce(p_recipient_key, p_recipient))
           AND at > notifyqueue_now() - make_interval(secs => p_window_s)
+    ), address AS (
+        -- With the ceiling on, the address's newest p_ceiling deliveries across clients: when
+        -- they fill it, nothing of this key can go before the oldest of them leaves the window.
+        SELECT CASE WHEN count(*) >= p_ceiling
+                    THEN min(at) + make_interval(secs => p_window_s) END AS free_at
+        FROM (SELECT d.at FROM ratelimit_delivery AS d
+              -- The address's entries of ratelimit_address_key_at only, newest first.
+              WHERE p_ceiling > 0 AND p_channel <> 'in_app' AND d.address_key IS NOT NULL
+                AND (d.address_key, d.at)
+                    > (ratelimit_key(p_channel, NULL, coalesce(p_recipient_key, p_recipient)),
+                       notifyqueue_now() - make_interval(secs => p_window_s))
+                AND (d.address_key, d.at)
+                    <= (ratelimit_key(p_channel, NULL, coalesce(p_recipient_key, p_recipient)), 'infinity'::timestamptz)
+              ORDER BY d.address_key DESC, d.at DESC
+              LIMIT p_ceiling) AS newest
     ), slot AS (
         SELECT at, row_number() OVER (ORDER BY at) - 1 AS k
         FROM recent
@@ -45,11 +63,11 @@ BEGIN
                          AND q.recipient_digest = md5(p_recipient)::uuid
                        UNION ALL
                        SELECT q.id FROM notification_queue AS q WHERE q.status = 'PROCESSING')
+          -- The key's own rows as stored (a window is per channel, client and recipient); a
+          -- row spelling the recipient another way is checked again when it is due.
           AND (n.id = p_notification_id
                OR (n.recipient = p_recipient
-                   AND CASE WHEN p_channel = 'in_app'
-                            THEN n.channel = 'in_app' AND n.client_id = p_client_id
-                            ELSE n.channel <> 'in_app' END
+                   AND n.channel = p_channel AND n.client_id = p_client_id
                    AND n.priority > 0
                    AND n.send_at <= notifyqueue_now()
                    AND n.status IN ('PENDING', 'PROCESSING')
@@ -61,7 +79,8 @@ BEGIN
         SELECT w.id, w.own_due_at,
                greatest(w.own_due_at,
                         coalesce(s.at + make_interval(secs => p_window_s * (w.j / p_limit + 1)),
-                                 notifyqueue_now())) AS due_at
+                                 notifyqueue_now()),
+                        (SELECT a.free_at FROM address AS a)) AS due_at
         FROM waiting AS w
         LEFT JOIN slot AS s ON s.k = w.j % p_limit
     ), others AS (

@@ -1,4 +1,4 @@
--- A slot of this key is free: the next row a deferral holds back (rate_deferred_from) becomes due
+-- A slot of this key (ratelimit_key: channel, client, recipient) is free: the next row a deferral holds back (rate_deferred_from) becomes due
 -- now. It moves notifications, so it is this app's, not ratelimits'.
 CREATE OR REPLACE FUNCTION ratelimit_release_next(p_channel text, p_client uuid, p_recipient text, p_except uuid)
  RETURNS void
@@ -12,8 +12,10 @@ BEGIN
     SELECT w.id INTO held
     FROM notification AS w
     WHERE md5(w.recipient)::uuid = md5(p_recipient)::uuid AND w.recipient = p_recipient
-      AND (CASE WHEN p_channel = 'in_app' THEN w.channel = 'in_app' AND w.client_id = p_client
-                ELSE w.channel <> 'in_app' END)
+      -- The key's own rows: a window is per (channel, client, recipient). A row spelling the
+      -- recipient differently (another case) shares the window but is not found here; it goes
+      -- at its scheduled slot.
+      AND w.channel = p_channel AND w.client_id = p_client
       AND w.status = 'PENDING' AND w.rate_deferred_from IS NOT NULL
       AND w.due_at > notifyqueue_now() AND w.id <> p_except
     ORDER BY w.priority, w.created_at, w.id

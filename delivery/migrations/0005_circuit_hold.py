@@ -9,9 +9,9 @@ from notifyqueue.sqlfile import database_objects_create, database_objects_reload
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("delivery", "0003_notification_rate_defer"),
+        ("delivery", "0004_rate_defer_per_client"),
         ("circuits", "0001_initial"),
-        ("notifications", "0004_circuit_held_since"),
+        ("notifications", "0005_circuit_held_since"),
     ]
 
     operations = [

@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("clients", "0001_initial"),
-        ("notifications", "0003_ratelimit_release_freed"),
+        ("notifications", "0004_admission_per_client"),
     ]
 
     operations = [
