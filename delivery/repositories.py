@@ -124,6 +124,24 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """A claim refused by its provider's open circuit: the provider was never asked."""
+
+    id: uuid.UUID
+    claim_token: uuid.UUID
+    # The circuit that refused it (`<channel>:<provider>`), whose probe time it waits for.
+    circuit: str
+
+
+@dataclass(frozen=True)
+class Held(Finished):
+    """A hold that was applied: PENDING until `held_until`, or DEAD_LETTERED (None) once held
+    past the maximum hold."""
+
+    held_until: datetime | None
+
+
+@dataclass(frozen=True)
 class Reclaimed:
     id: uuid.UUID
     status: str
@@ -194,6 +212,27 @@ class DeliveryRepository:
                 log.exception("result of notification=%s cannot be recorded", finish.id)
                 finished += self._finish_unrecordable(finish, exc)
         return finished
+
+    def notification_circuit_hold(
+        self, holds: list[Hold], *, cooldown_s: float, max_hold_s: float
+    ) -> list[Held]:
+        """Gives refused claims back without using an attempt, in one statement; returns the
+        rows it changed (a stale token is simply absent)."""
+        if not holds:
+            return []
+        return SQL.rows(
+            "notification_circuit_hold",
+            row=Held,
+            ids=[h.id for h in holds],
+            tokens=[h.claim_token for h in holds],
+            circuits=[h.circuit for h in holds],
+            cooldown_s=cooldown_s,
+            max_hold_s=max_hold_s,
+        )
+
+    def notification_circuit_release(self, *, channel: str) -> int:
+        """The channel's circuit closed: its held rows are due now; how many."""
+        return SQL.scalar("notification_circuit_release", channel=channel)
 
     def _finish_unrecordable(self, finish: Finish, exc: DatabaseError) -> list[Finished]:
         reason = (

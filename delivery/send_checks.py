@@ -8,7 +8,8 @@ the step's others) or, for a database error, to `fail` (a failed attempt, nothin
 rate limit's deferrals are settled by its own statement. A new check is one more stage in
 `send_checks_build`, at its place in that order. The circuit comes last and per claim, just
 before its call, as its half-open probe admits the very call that follows it
-(`CircuitStage`).
+(`CircuitStage`); a claim it refuses is held, its attempt given back, with the step's other
+refusals in one statement (the worker's `_record_holds`).
 
 Invariants: the rate limit admits the whole claim in one statement (a row at a time only
 after that statement failed); a stage costs nothing per claim that it does not concern; no

@@ -4,7 +4,8 @@
 are in, claim as many due rows as there are free delivery slots (at most batch_size), run the
 send-time checks for the whole claim (delivery/send_checks.py: preferences, then the rate
 limit in one statement, then the circuit), start the sends, and record every result of the
-step in one statement. `Worker.run()` wraps it in a loop with LISTEN/NOTIFY wake-ups
+step in one statement (after the step's circuit refusals, held without using an attempt, in
+one more). `Worker.run()` wraps it in a loop with LISTEN/NOTIFY wake-ups
 (delivery/wakeup.py) that calls the database upkeep (delivery/upkeep.py: heartbeat, reclaim of
 expired claims, rate-window prune, statistics, queue vacuum) on their intervals.
 
@@ -39,11 +40,11 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from delivery.circuits.services import Allowed, Circuit, CircuitPolicy, Refused, circuits_register
 from delivery.providers.base import BatchProvider, Provider, ProviderResult, TemporaryFailure
-from delivery.repositories import Claim, DeliveryRepository, Finish, Finished
+from delivery.repositories import Claim, DeliveryRepository, Finish, Finished, Hold
 from delivery.send_checks import CircuitStage, send_checks_build
 from delivery.sending import Sends, Sent, message_of
 from delivery.services import RetryPolicy, Router, attempt_finish, claim_release
@@ -160,6 +161,8 @@ class Worker:
         self.circuit_stage = CircuitStage(self.circuits)
         # Results not yet recorded: this step's, or an earlier step's the database refused.
         self._finishes: list[Finish] = []
+        # Claims the circuit refused, not yet given back (recorded with the results).
+        self._holds: list[tuple[Claim, str]] = []
         # Claims and outcomes since the last summary line (LOG_SUMMARY_S).
         self._counts: Counter[str] = Counter()
         self._summary_at = time.monotonic()
@@ -311,7 +314,14 @@ class Worker:
             return True  # the claim was full: more may be due
         # Exit only on a claim that found nothing: the fair claim can come back short (each
         # client capped at its share) while rows are still due.
-        if until_empty and claim and not step.claimed and not step.in_flight and not self._finishes:
+        if (
+            until_empty
+            and claim
+            and not step.claimed
+            and not step.in_flight
+            and not self._finishes
+            and not self._holds
+        ):
             if not self._reclaim():
                 return False
             self._dry = False
@@ -369,7 +379,7 @@ class Worker:
         try:
             # Claims waiting for a send thread have not started: given back, attempts returned.
             self._release_withdrawn()
-            while self._sends.outstanding or self._finishes:
+            while self._sends.outstanding or self._finishes or self._holds:
                 for sent in self._sends.collect(wait_s=0.1):
                     self._finishes.append(self._settle(sent))
                 self._record()
@@ -412,8 +422,8 @@ class Worker:
                 continue
             admission = self.circuit_stage.admit(claim.channel)
             if isinstance(admission, Refused):
-                refused = Sent(claim, None, TemporaryFailure(admission.reason), started)
-                self._finishes.append(self._settle(refused))
+                # The provider was never asked: held, no attempt used (`_record`).
+                self._holds.append((claim, self.circuits[claim.channel].name))
                 continue
             provider = self.providers[claim.channel]
             if claim.channel in self._batch_channels:
@@ -462,7 +472,8 @@ class Worker:
         circuit = self.circuits.get(claim.channel)
         if circuit and sent.admission is not None:
             try:
-                circuit.record(sent.admission, result)
+                if circuit.record(sent.admission, result):
+                    self._circuit_closed(claim.channel, circuit.name)
             except DatabaseError:
                 log.exception("circuit %s not updated after a send", circuit.name)
         try:
@@ -491,13 +502,25 @@ class Worker:
         )
         return finish
 
+    def _circuit_closed(self, channel: str, name: str) -> None:
+        """This worker's probe closed the circuit: the rows it held are due now, not at the
+        probe time they were given."""
+        released = self.repository.notification_circuit_release(channel=channel)
+        log.info(
+            "circuit %s closed; %d held notifications due now worker=%s",
+            name,
+            released,
+            self.worker_id,
+        )
+
     def _record(self) -> int:
-        """Applies the step's results in one statement (row by row if that fails; see
-        `notification_finish`). If the database is unreachable they are kept and applied with
-        the next step's."""
+        """Applies the step's holds in one statement, then its results in one more (row by
+        row if that fails; see `notification_finish`). If the database is unreachable they are
+        kept and applied with the next step's."""
+        held = self._record_holds()
         finishes = self._finishes
         if not finishes:
-            return 0
+            return held
         finished = self.repository.notification_finish(finishes)  # raises: kept for later
         self._finishes = []
         applied = {row.id: row.status for row in finished}
@@ -518,7 +541,50 @@ class Worker:
                     self.worker_id,
                 )
         self.delivered += sum(1 for row in finished if row.status == "SENT")
-        return len(applied)
+        return held + len(applied)
+
+    def _record_holds(self) -> int:
+        """Gives back the claims the circuit refused, attempts returned, in one statement
+        (`notification_circuit_hold`). If that fails for anything but a lost connection, they
+        are released instead (due as before, attempts returned), so none waits for its claim
+        to expire."""
+        refused, policy = self._holds, self.config.circuit
+        if not refused or policy is None:
+            return 0
+        holds = [Hold(claim.id, claim.claim_token, circuit) for claim, circuit in refused]
+        try:
+            held = self.repository.notification_circuit_hold(
+                holds, cooldown_s=policy.cooldown_s, max_hold_s=policy.max_hold_s
+            )
+        except (OperationalError, InterfaceError):
+            raise  # kept for the next step
+        except DatabaseError:
+            log.exception("hold of %d refused claims failed; released instead", len(holds))
+            self._holds = []
+            self._finishes += [claim_release(claim) for claim, _ in refused]
+            return 0
+        self._holds = []
+        self._release_freed_slots(held)
+        for row in held:
+            self._counts["CIRCUIT_HELD" if row.held_until else "CIRCUIT_DEAD_LETTERED"] += 1
+            log.debug(
+                "circuit open notification=%s client=%s channel=%s outcome=CIRCUIT_HELD "
+                "status=%s held_until=%s worker=%s",
+                row.id,
+                row.client_id,
+                row.channel,
+                row.status,
+                row.held_until.isoformat() if row.held_until else None,
+                self.worker_id,
+            )
+            if row.held_until is None:
+                log.warning(
+                    "held past the maximum hold notification=%s channel=%s status=%s",
+                    row.id,
+                    row.channel,
+                    row.status,
+                )
+        return len(held)
 
     def _release_freed_slots(self, finished: list[Finished]) -> None:
         """Failed attempts gave back their rate-limit slots: the next row each recipient has

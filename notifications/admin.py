@@ -26,7 +26,7 @@ from django.utils.html import format_html
 
 from monitoring.paginators import EstimatedCountPaginator
 from notifications import retries, services
-from notifications.models import QUEUED_STATUSES, Notification, Status, recipient_is
+from notifications.models import QUEUED_STATUSES, Notification, Status, held_reason_of, recipient_is
 from notifyqueue.admin import ReadOnlyAdmin
 
 
@@ -105,6 +105,8 @@ class NotificationAdmin(ReadOnlyAdmin):
                     "sent_at",
                     "send_at",
                     "due_at",
+                    "held_reason",
+                    "held_until",
                     "fallback_channels",
                 )
             },
@@ -138,6 +140,8 @@ class NotificationAdmin(ReadOnlyAdmin):
         "sent_at",
         "send_at",
         "due_at",
+        "held_reason",
+        "held_until",
         "fallback_channels",
         "operator_retries",
         "last_retried_at",
@@ -150,6 +154,19 @@ class NotificationAdmin(ReadOnlyAdmin):
         "created_at",
         "updated_at",
     )
+
+    @admin.display(description="held reason")
+    def held_reason(self, obj: Notification) -> str | None:
+        """Why a PENDING row waits past its own time, as the API shows it."""
+        return held_reason_of(
+            status=obj.status,
+            rate_deferred_from=obj.rate_deferred_from,
+            circuit_held_since=obj.circuit_held_since,
+        )
+
+    @admin.display(description="held until")
+    def held_until(self, obj: Notification):
+        return obj.due_at if self.held_reason(obj) is not None else None
 
     # Read-only (ReadOnlyAdmin): the queue's statements are the only writers, and deleting
     # would take the attempts and webhook events with it; rows are the record.

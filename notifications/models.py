@@ -78,6 +78,28 @@ class Status(models.TextChoices):
     SUPPRESSED = "SUPPRESSED"
 
 
+class HeldReason(models.TextChoices):
+    """Why a PENDING notification waits past its own due time (the representation's
+    `held_reason`, with `held_until`)."""
+
+    RATE_LIMIT = "rate_limit"  # its recipient's rate limit deferred it to a free slot
+    CIRCUIT_OPEN = "circuit_open"  # its provider's circuit was open: the provider's probe time
+
+
+def held_reason_of(
+    *, status: str, rate_deferred_from: object | None, circuit_held_since: object | None
+) -> str | None:
+    """Why a row waits past its own time: only a PENDING row is held, by a rate-limit deferral
+    (rate_deferred_from set) or its provider's open circuit (circuit_held_since set)."""
+    if status != Status.PENDING:
+        return None
+    if rate_deferred_from is not None:
+        return HeldReason.RATE_LIMIT.value
+    if circuit_held_since is not None:
+        return HeldReason.CIRCUIT_OPEN.value
+    return None
+
+
 FINAL_STATUSES = frozenset(
     {Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.CANCELLED, Status.SUPPRESSED}
 )
@@ -117,6 +139,11 @@ class Notification(models.Model):
     # time it had before (its send_at or retry backoff). A freed slot may move the row forward
     # again, never earlier than this.
     rate_deferred_from = models.DateTimeField(null=True, blank=True)
+    # Set while the row is held because its provider's circuit was open when it was claimed
+    # (the provider was never asked, so no attempt was spent): when the hold began. Kept across
+    # the holds of one outage, so that NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS counts from the
+    # first; cleared by the next attempt's result or the dead-lettering at the maximum hold.
+    circuit_held_since = models.DateTimeField(null=True, blank=True)
     attempt_count = DomainPositiveIntegerField(default=0, domain="notification_count")
     max_attempts = DomainPositiveIntegerField(domain="notification_count")
     last_error = models.TextField(null=True, blank=True)
@@ -168,9 +195,10 @@ class Notification(models.Model):
             # None of these names a column that a claim, a finish or a retry changes (status,
             # due time, claim, attempts), so those updates are HOT when the page has room
             # (fillfactor 50): they write no index entry of this wide table.
-            # Only the rarer updates are not: a fallback to another channel (a new recipient)
-            # and a rate-limit deferral (rate_deferred_from). Every look-up by status or due
-            # time reads NotificationQueue instead.
+            # Only the rarer updates are not: a fallback to another channel (a new recipient),
+            # a rate-limit deferral (rate_deferred_from), and a circuit hold and the result
+            # that ends it (circuit_held_since). Every look-up by status or due time reads
+            # NotificationQueue instead.
             # A client's listing, newest first.
             models.Index(fields=["client", "-created_at", "-id"], name="notification_client_list"),
             # An operator's listing across every client, newest first.
@@ -197,6 +225,14 @@ class Notification(models.Model):
                 recipient_digest(F("recipient")),
                 name="notification_rate_held",
                 condition=Q(rate_deferred_from__isnull=False),
+            ),
+            # The rows an open circuit holds, by channel: what the circuit's closing lets go
+            # at once (notification_circuit_release) instead of at their held_until. Only
+            # held rows have an entry, so the release costs the held rows, not the backlog.
+            models.Index(
+                fields=["channel"],
+                name="notification_circuit_held",
+                condition=Q(circuit_held_since__isnull=False),
             ),
             # The admin's search by idempotency key across every client (the unique index
             # leads with client_id, so it cannot serve a search without one).

@@ -39,7 +39,14 @@ from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
 from notifications.combiner import CreateCombiner
-from notifications.models import QUEUED_STATUSES, Notification, Priority, Status, recipient_is
+from notifications.models import (
+    QUEUED_STATUSES,
+    Notification,
+    Priority,
+    Status,
+    held_reason_of,
+    recipient_is,
+)
 from notifyqueue.errors import InvalidRequest
 from notifyqueue.sqlgateway import Queries
 
@@ -87,14 +94,35 @@ class NotificationRecord:
     updated_at: datetime
     last_retried_at: datetime | None = None
     last_retried_by: str | None = None
+    # What holds a PENDING row back (`held_reason`): read by the API's reads of a row, not by
+    # the creates (a row just created is held by nothing).
+    rate_deferred_from: datetime | None = None
+    circuit_held_since: datetime | None = None
 
     def __post_init__(self) -> None:
         # The column is a smallint; the record carries the Priority it stands for.
         if type(self.priority) is not Priority:
             self.priority = Priority(self.priority)
 
+    @property
+    def held_reason(self) -> str | None:
+        """Why a PENDING row waits past its own time (`held_reason_of`); None if it does not."""
+        return held_reason_of(
+            status=self.status,
+            rate_deferred_from=self.rate_deferred_from,
+            circuit_held_since=self.circuit_held_since,
+        )
 
-RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord))
+    @property
+    def held_until(self) -> datetime | None:
+        """When a held row is next due (the rate-limit slot, or the circuit's probe time)."""
+        return self.due_at if self.held_reason is not None else None
+
+
+# The columns that hold a row back, read only by the reads that show `held_reason`.
+HOLD_FIELDS = ("rate_deferred_from", "circuit_held_since")
+# The record's columns as the create statements answer them, in order.
+RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord) if f.name not in HOLD_FIELDS)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -532,7 +560,10 @@ class NotificationRepository:
             if after is not None:
                 rows = rows.filter(_position_filter(_OLDER_THAN.format(table=table), after))
             rows = rows.order_by(f"-{created_at}", "-id")
-        found = [NotificationRecord(**row) for row in rows.values(*RECORD_FIELDS)[: limit + 1]]
+        found = [
+            NotificationRecord(**row)
+            for row in rows.values(*RECORD_FIELDS, *HOLD_FIELDS)[: limit + 1]
+        ]
         page = found[:limit]
         if before is not None:
             page.reverse()

@@ -55,6 +55,8 @@ EXAMPLE_NOTIFICATION = {
     "template": None,
     "fallback_channels": [],
     "operator_retries": 0,
+    "held_until": None,
+    "held_reason": None,
 }
 EXAMPLE_REQUEST = {
     "channel": "email",
@@ -201,7 +203,19 @@ GET = extend_schema(
     parameters=[NOTIFICATION_ID],
     responses={200: NotificationOutput, 401: ERROR_UNAUTHENTICATED, 404: ERROR_NOT_FOUND},
     examples=[
-        OpenApiExample("Found", value=EXAMPLE_NOTIFICATION, response_only=True, status_codes=[200])
+        OpenApiExample("Found", value=EXAMPLE_NOTIFICATION, response_only=True, status_codes=[200]),
+        OpenApiExample(
+            "Held while its provider's circuit is open",
+            value={
+                **EXAMPLE_NOTIFICATION,
+                "send_at": "2026-11-30T09:15:02.114Z",
+                "updated_at": "2026-11-30T09:15:02.530Z",
+                "held_until": "2026-11-30T09:15:31.870Z",
+                "held_reason": "circuit_open",
+            },
+            response_only=True,
+            status_codes=[200],
+        ),
     ],
 )
 

@@ -19,7 +19,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from notifications.listing import PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX
-from notifications.models import Status
+from notifications.models import HeldReason, Status
 from notifications.repositories import ListFilters
 from notifications.services import NotificationRequest, idempotency_key_problem
 from notifyqueue.serializers import (
@@ -454,6 +454,24 @@ class NotificationOutput(serializers.Serializer):
     template = serializers.CharField(allow_null=True)
     fallback_channels = serializers.ListField(child=serializers.CharField())
     operator_retries = serializers.IntegerField()
+    held_until = serializers.DateTimeField(
+        allow_null=True,
+        help_text=(
+            "A PENDING notification held back: when it is next due (its recipient's next free "
+            "rate-limit slot, or its provider's probe time while the provider's circuit is "
+            "open). Null otherwise."
+        ),
+    )
+    held_reason = serializers.ChoiceField(
+        choices=HeldReason.values,
+        allow_null=True,
+        help_text=(
+            "Why it is held: `rate_limit` (its recipient's rate limit) or `circuit_open` (its "
+            "provider is failing; no attempt is used while it waits, for at most "
+            "NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS, after which it is DEAD_LETTERED). Null "
+            "when not held."
+        ),
+    )
 
 
 class NotificationListOutput(serializers.Serializer):

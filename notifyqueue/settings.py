@@ -254,6 +254,11 @@ NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD = env.int("NOTIFYQUEUE_CIRCUIT_FAILURE_THR
 NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS = env.float(
     "NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS", default=30.0
 )
+# The longest a notification waits, held, while its provider's circuit stays open; then it is
+# DEAD_LETTERED (last_error "circuit_open: ...").
+NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS = env.float(
+    "NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS", default=86_400.0
+)
 NOTIFYQUEUE_CLIENT_MAX_PENDING = env.int("NOTIFYQUEUE_CLIENT_MAX_PENDING", default=100_000)
 # API requests per client per fixed window (429 with Retry-After past it); 0 turns it off.
 NOTIFYQUEUE_API_RATE_LIMIT = env.int("NOTIFYQUEUE_API_RATE_LIMIT", default=60_000)

@@ -3,8 +3,9 @@
 Invariants decided here:
 - CLOSED lets every call through; NOTIFYQUEUE_CIRCUIT_FAILURE_THRESHOLD temporary failures in
   a row open the circuit;
-- OPEN fails fast: the provider is not called, and the caller gets a TemporaryFailure (so the
-  attempt is retried, and fallback can take over when the channel runs out of attempts);
+- OPEN fails fast: the provider is not called, and the caller gets a Refused; the worker
+  holds the notification without using an attempt until the probe time, for at most
+  NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS (delivery/sql/functions/notification_circuit_hold_many.sql);
 - once NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS have passed, one probe call goes through (one for
   all workers: the repository hands it out); its success closes the circuit and its failure
   opens it again for another cooldown;
@@ -34,6 +35,9 @@ class CircuitPolicy:
     # How long one worker reuses a reading of the shared state before reading it again. Saves
     # a query per message; another worker's change of state reaches this one within it.
     read_ttl_s: float = 0.5
+    # The longest a notification is held while its circuit stays open before it is
+    # dead-lettered (NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS).
+    max_hold_s: float = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -86,20 +90,24 @@ class Circuit:
                 return Allowed(probe_token=token)
         return Refused(f"circuit open: {self.name} is failing; the provider was not called")
 
-    def record(self, admission: Allowed, result: ProviderResult) -> None:
+    def record(self, admission: Allowed, result: ProviderResult) -> bool:
+        """Reports the call's answer; True when it closed the circuit (its probe succeeded),
+        so that the notifications it held may go now."""
         failed = isinstance(result, TemporaryFailure)
         if admission.probe_token is not None:
-            self.repository.probe_finished(
+            closed = self.repository.probe_finished(
                 name=self.name, token=admission.probe_token, failed=failed
             )
             self._forget()
-        elif failed:
+            return closed and not failed
+        if failed:
             self.repository.failed(name=self.name, threshold=self.policy.threshold)
             self._forget()  # the next call sees the new count, or the circuit open
         elif self._failure_run_seen():
             # Only a success that ends a failure run writes; the common case costs nothing.
             self.repository.succeeded(name=self.name)
             self._forget()
+        return False
 
     def _current(self) -> CircuitReading | None:
         with self._lock:

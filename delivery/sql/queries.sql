@@ -42,6 +42,21 @@ FROM notification_finish_many(
     %(attempt_deltas)s::int[], %(attempt_resets)s::boolean[], %(channels)s::text[],
     %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(fallbacks)s::text[]);
 
+-- name: notification_circuit_hold
+-- Claims refused by their provider's open circuit (delivery/sql/functions/
+-- notification_circuit_hold_many.sql): each goes back PENDING, its attempt returned, due at its
+-- circuit's probe time, or is DEAD_LETTERED once held past the maximum hold; guarded by its
+-- claim token like the finish. Each changed row is answered with whether its rate-limit slot
+-- was freed, and, when held, until when.
+SELECT id, status, channel, client_id, recipient, freed_slot, held_until
+FROM notification_circuit_hold_many(
+    %(ids)s::uuid[], %(tokens)s::uuid[], %(circuits)s::text[], %(cooldown_s)s::float8,
+    %(max_hold_s)s::float8);
+
+-- name: notification_circuit_release
+-- A circuit closed: its channel's held rows are due now (notification_circuit_release.sql).
+SELECT notification_circuit_release(%(channel)s::text);
+
 -- name: notification_finish_unrecordable
 -- A result the finish statement could not write even on its own: the row still ends, as
 -- DEAD_LETTERED with the reason, so it neither waits for its claim to expire nor goes back to

@@ -144,7 +144,8 @@ SELECT false AS created,
 SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, recipient,
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
-       created_at, updated_at, last_retried_at, last_retried_by
+       created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
+       circuit_held_since
   FROM notification
  WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s;
 
@@ -157,7 +158,8 @@ SELECT * FROM notification
 SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, recipient,
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
-       created_at, updated_at, last_retried_at, last_retried_by
+       created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
+       circuit_held_since
   FROM notification
  WHERE id = %(id)s
    AND (%(client_id)s::uuid IS NULL OR client_id = %(client_id)s::uuid);
@@ -189,12 +191,14 @@ SELECT notification_client_pending_count(%(client_id)s, %(limit)s);
 -- An operator sends one FAILED or DEAD_LETTERED row back to the queue with a fresh set of
 -- attempts, due now. The status guard makes this safe against a second operator (or a
 -- double click): only the first UPDATE finds the row in a retryable status. last_error is
--- kept so the history stays readable; the wake-up trigger NOTIFYs idle workers. Due now by
+-- kept so the history stays readable; a circuit hold it ended on is forgotten (its maximum
+-- hold counts afresh); the wake-up trigger NOTIFYs idle workers. Due now by
 -- the database's clock (the operator's `now` only stamps the record of who retried when).
 UPDATE notification
    SET status = 'PENDING',
        due_at = notifyqueue_now(),
        attempt_count = 0,
+       circuit_held_since = NULL,
        operator_retries = operator_retries + 1,
        last_retried_at = %(now)s,
        last_retried_by = %(operator)s,
@@ -230,6 +234,7 @@ UPDATE notification AS n
    SET status = 'PENDING',
        due_at = notifyqueue_now(),
        attempt_count = 0,
+       circuit_held_since = NULL,
        operator_retries = n.operator_retries + 1,
        last_retried_at = %(now)s,
        last_retried_by = %(operator)s,

@@ -590,3 +590,44 @@ def test_a_claim_reads_only_what_it_claims_after_a_burst_its_plan_never_saw(hist
 
     assert len(claims) == 100
     assert visited <= 10_000, visited
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_circuit_hold_and_release_read_only_what_they_touch_whatever_the_backlog():
+    """The hold of a refused claim (`notification_circuit_hold_many`) and the release when the
+    circuit closes (`notification_circuit_release`) visit about as many pages behind a backlog
+    of 20,000 due rows on the same channel as on an empty queue: the hold reads its rows by
+    key, and the release finds the held rows through their own index, never the backlog."""
+    from delivery.circuits.repositories import CircuitRepository
+    from delivery.repositories import Hold
+
+    circuits = CircuitRepository()
+    circuits.failed(name="email:simulated", threshold=1)
+    client = ClientFactory()
+
+    def hold_and_release() -> dict[str, int]:
+        NotificationFactory(client=client, priority=0)  # claimed first, ahead of any backlog
+        [claim] = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
+        with transaction.atomic():
+            before = pages_visited_by_relation()
+            [held] = repo.notification_circuit_hold(
+                [Hold(claim.id, claim.claim_token, "email:simulated")],
+                cooldown_s=30,
+                max_hold_s=86_400,
+            )
+            released = repo.notification_circuit_release(channel="email")
+            after = pages_visited_by_relation()
+        assert held.status == Status.PENDING and held.held_until is not None
+        assert released >= 1
+        Notification.objects.filter(id=claim.id).update(status=Status.CANCELLED)
+        return {name: after[name] - before[name] for name in after if after[name] > before[name]}
+
+    empty = sum(hold_and_release().values())
+    notifications_insert_bulk(client_id=client.id, count=20_000, status="PENDING")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    visited = hold_and_release()
+    assert sum(visited.values()) <= empty + 60, (
+        empty,
+        sorted(visited.items(), key=lambda i: -i[1]),
+    )

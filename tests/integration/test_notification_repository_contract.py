@@ -186,6 +186,8 @@ def test_insert_answers_the_new_row_as_get_reads_it(store):
         updated_at=T0,
         last_retried_at=None,
         last_retried_by=None,
+        rate_deferred_from=None,
+        circuit_held_since=None,
     )
     assert dataclasses.asdict(record) == expected
     assert store.repository.get(notification_id=record.id, client_id=client) == record

@@ -9,7 +9,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from delivery.providers.simulated import SimulatedProvider
 from notifications.models import Channel, Notification, Priority, Status
+from ratelimits.services import RateLimit
+from tests.support.delivery_helpers import worker_build
 from tests.support.factories import NotificationFactory
 
 pytestmark = pytest.mark.django_db
@@ -222,3 +225,33 @@ def test_cancel_needs_an_api_key(acme):
     row = NotificationFactory(client=acme[0])
     assert APIClient().post(f"{URL}/{row.id}/cancel").status_code == 401
     assert Notification.objects.get(id=row.id).status == Status.PENDING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_the_rate_limit_deferred_shows_held_reason_and_until_and_a_sent_one_none(api, acme):
+    """Two notifications to one recipient with a limit of one: the one sent shows no hold; the
+    one deferred shows `held_reason` `rate_limit` and `held_until`, its next free slot (the
+    due time the deferral gave it), in the read and in the list."""
+    rows = [NotificationFactory(client=acme[0], recipient="ada@example.com") for _ in range(2)]
+    worker = worker_build(
+        providers={"email": SimulatedProvider()}, rate_limit=RateLimit(limit=1, window_s=600)
+    )
+    try:
+        for _ in range(5):
+            worker.run_once()
+    finally:
+        worker.stop()
+        worker._shutdown()
+    by_status = {
+        row.status: row for row in Notification.objects.filter(id__in=[r.id for r in rows])
+    }
+    sent, deferred = by_status[Status.SENT], by_status[Status.PENDING]
+    shown = api.get(f"{URL}/{sent.id}").json()
+    assert (shown["held_until"], shown["held_reason"]) == (None, None)
+    shown = api.get(f"{URL}/{deferred.id}").json()
+    assert shown["held_reason"] == "rate_limit"
+    assert shown["held_until"] == deferred.due_at.isoformat().replace("+00:00", "Z")
+    assert shown["attempt_count"] == 0
+    listed = {row["id"]: row for row in api.get(URL).json()["results"]}
+    assert listed[str(deferred.id)]["held_reason"] == "rate_limit"
+    assert listed[str(sent.id)]["held_reason"] is None

@@ -237,9 +237,11 @@ class ScriptedProvider:
     `huge` accepts with a 2 MB body; `reject` answers 400; `busy` answers 503 on a key's first
     two calls. Anything else is accepted. Like a real provider, a key it accepted before is
     answered with the same id and not sent again; `sends` holds each key's one real send.
+    While `down` is set it is out of service: every call is answered 503 and nothing is sent.
     """
 
     delay_s: float = 0.0
+    down: bool = False
     calls: list[Call] = field(default_factory=list)
     sends: dict[str, Call] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -276,6 +278,8 @@ class ScriptedProvider:
             tries = sum(1 for c in self.calls if c.key == key)
         if self.delay_s:
             time.sleep(self.delay_s)
+        if self.down:
+            return self._reply(handler, 503, b"service unavailable")
         if "redirect" in recipient:
             return self._reply(handler, 307, b"", {"Location": "http://127.0.0.1:9/elsewhere"})
         if "reject" in recipient:

@@ -48,6 +48,7 @@ def worker_from_settings(*, concurrency: int, batch_size: int) -> Worker:
                 cooldown_s=settings.NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS,
                 # A probe unanswered for twice the provider timeout lost its worker.
                 probe_timeout_s=2 * settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS,
+                max_hold_s=settings.NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS,
             ),
         ),
         policy=RetryPolicy(

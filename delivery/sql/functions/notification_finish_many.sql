@@ -40,6 +40,8 @@ BEGIN
             fallback_channels = coalesce(r.fallback_channels::jsonb, n.fallback_channels),
             last_error = CASE WHEN r.error IS NOT NULL THEN r.error ELSE n.last_error END,
             sent_at = CASE WHEN r.status = 'SENT' THEN notifyqueue_now() ELSE n.sent_at END,
+            -- A circuit hold ends with any result but a claim given back untried.
+            circuit_held_since = CASE WHEN r.attempt_delta < 0 THEN n.circuit_held_since END,
             claim_token = NULL,
             claim_expires_at = NULL,
             updated_at = notifyqueue_now()
