@@ -19,7 +19,7 @@ from notifications.models import FINAL_STATUSES, Notification, Priority, Status
 from notifyqueue.addresses import recipient_key
 from ratelimits.models import RecipientDelivery
 from ratelimits.services import RateLimit
-from tests.support.delivery_helpers import FakeClock, simulated_providers
+from tests.support.delivery_helpers import FakeClock, step_until_idle, worker_build
 from tests.support.factories import ClientFactory, NotificationFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,28 +34,9 @@ def clock():
 
 
 def limited_worker(*, limit: int = LIMIT, ceiling: int = 0):
-    from delivery.services import RetryPolicy
-    from delivery.worker import Worker, WorkerConfig
-
-    return Worker(
-        providers=simulated_providers(),
-        config=WorkerConfig(
-            concurrency=4,
-            batch_size=100,
-            poll_interval_s=0.05,
-            heartbeat_s=60,
-            rate_limit=RateLimit(limit=limit, window_s=WINDOW_S, ceiling=ceiling),
-        ),
-        policy=RetryPolicy(base_s=0.5, max_s=60),
+    return worker_build(
+        batch_size=100, rate_limit=RateLimit(limit=limit, window_s=WINDOW_S, ceiling=ceiling)
     )
-
-
-def step_until_idle(worker) -> None:
-    for _ in range(1000):
-        step = worker.run_once(wait_s=0.5)
-        if not (step.claimed or step.finished or step.in_flight):
-            return
-    raise AssertionError("worker never went idle")
 
 
 def drain(worker, clock) -> None:

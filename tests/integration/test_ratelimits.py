@@ -17,7 +17,7 @@ from notifyqueue.addresses import recipient_key
 from ratelimits.models import RecipientDelivery
 from ratelimits.repositories import ClaimLost, RateLimitRepository
 from ratelimits.services import RateLimit
-from tests.support.delivery_helpers import FakeClock, simulated_providers
+from tests.support.delivery_helpers import FakeClock, simulated_providers, step_until_idle
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.operator_helpers import notifications_insert_bulk
 from tests.support.races import run_in_threads
@@ -44,15 +44,6 @@ def limited_worker(clock, *, limit=10, batch_size=100, concurrency=4, prune_batc
         ),
         policy=RetryPolicy(base_s=0.5, max_s=60),
     )
-
-
-def step_until_idle(worker) -> None:
-    """Runs the worker at the clock's current time until nothing due is left."""
-    for _ in range(1000):
-        step = worker.run_once(wait_s=0.5)
-        if not (step.claimed or step.finished or step.in_flight):
-            return
-    raise AssertionError("worker never went idle")
 
 
 @pytest.fixture

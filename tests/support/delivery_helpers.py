@@ -55,3 +55,12 @@ def worker_build(
         rate_limits=rate_limits,
         router=router,
     )
+
+
+def step_until_idle(worker: Worker) -> None:
+    """Runs the worker at the clock's current time until nothing due is left."""
+    for _ in range(1000):
+        step = worker.run_once(wait_s=0.5)
+        if not (step.claimed or step.finished or step.in_flight):
+            return
+    raise AssertionError("worker never went idle")
