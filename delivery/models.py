@@ -97,3 +97,26 @@ class SimulatedProviderMessage(models.Model):
 
     def __str__(self) -> str:
         return self.idempotency_key
+
+
+class ClientTurn(models.Model):
+    """When the claim last served a client: clients with due rows take their turns in the order
+    they were last served, the one served longest ago (or never) first. Written only by the
+    claim (`notification_claim_due_many`): `served_claim` numbers the claim, from the sequence
+    `delivery_client_turn_claim`, and `served_position` is the place of the client's last row
+    in it."""
+
+    client = models.OneToOneField(
+        "clients.Client",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="+",
+    )
+    served_claim = models.BigIntegerField()
+    served_position = models.BigIntegerField()
+
+    class Meta:
+        db_table = "delivery_client_turn"
+
+    def __str__(self) -> str:
+        return f"{self.client_id}: served at claim {self.served_claim}"

@@ -175,14 +175,17 @@ class _SimulatedAnswer:
 
 class DeliveryRepository:
     def notification_claim_due(
-        self, *, worker: str, limit: int, claim_timeout_s: float
+        self, *, worker: str, limit: int, claim_timeout_s: float, aging_s: float = 0.0
     ) -> list[Claim]:
+        """Up to `limit` due rows, in claim order (CRITICAL first, then clients in turn, each
+        client's rows by priority, aged one level per `aging_s` overdue; 0: no aging)."""
         return SQL.rows(
             "notification_claim_due",
             row=Claim,
             worker=worker,
             limit=limit,
             claim_timeout_s=claim_timeout_s,
+            aging_s=aging_s,
         )
 
     def notification_finish(self, finishes: list[Finish]) -> list[Finished]:

@@ -23,6 +23,7 @@ from django.db import connection
 from delivery.circuits.services import Allowed
 from delivery.providers.base import Message, Provider, ProviderResult, TemporaryFailure
 from delivery.repositories import Claim
+from notifyqueue.vocabulary import Priority
 
 log = logging.getLogger("notifyqueue.delivery")
 # How many frames a provider's unexpected exception is logged with.
@@ -93,7 +94,7 @@ class _Call:
 
 class Sends:
     """Provider calls: at most `concurrency` at once on a ThreadPoolExecutor, and up to
-    `waiting` more claims held ready, highest priority first.
+    `waiting` more claims held ready, CRITICAL first, the others in claim order.
 
     A call that ends starts the next waiting one from its own thread (the future's done
     callback), so a slow provider's slots refill without waiting for the loop's next claim
@@ -119,8 +120,9 @@ class Sends:
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="send")
         self._done: queue.SimpleQueue[Sent] = queue.SimpleQueue()
         self._running: dict[Future[ProviderResult], _Call] = {}
-        # Claims waiting for a slot: (priority, arrival, call), a heap, so a CRITICAL claimed
-        # after a batch of NORMAL rows still goes first.
+        # Claims waiting for a slot: (0 for CRITICAL else 1, arrival, call), a heap, so a
+        # CRITICAL claimed after a batch of other rows still goes first, and the others start
+        # in the order the claims gave them (clients in turn, each client's own by priority).
         self._queued: list[tuple[int, int, _Call]] = []
         self._withdrawn: list[Claim] = []
         self._arrivals = itertools.count()
@@ -153,7 +155,8 @@ class Sends:
         call = _Call(provider, claim, admission, started, start_by)
         with self._lock:
             if len(self._running) >= self.concurrency:
-                heapq.heappush(self._queued, (claim.priority, next(self._arrivals), call))
+                tier = int(claim.priority != Priority.CRITICAL)
+                heapq.heappush(self._queued, (tier, next(self._arrivals), call))
                 return
             future = self._start(call)
         future.add_done_callback(self._finished)

@@ -89,6 +89,9 @@ class WorkerConfig:
     # called one message at a time are bounded by the free send slots anyway.
     batch_size: int = 250
     claim_timeout_s: float = 300.0
+    # A NORMAL or LOW row moves up one priority level (never above HIGH) for each period it
+    # has waited past its due time (NOTIFYQUEUE_PRIORITY_AGING_SECONDS); 0: never.
+    priority_aging_s: float = 300.0
     # The longest a provider call may take (NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS): a send is
     # started only while at least this much of its claim is left.
     send_timeout_s: float = 0.0
@@ -228,6 +231,7 @@ class Worker:
                 worker=self.worker_id,
                 limit=free,
                 claim_timeout_s=self.config.claim_timeout_s,
+                aging_s=self.config.priority_aging_s,
             )
             if claims:
                 start_by = claimed_at + self.config.claim_timeout_s - self.config.send_timeout_s

@@ -259,6 +259,10 @@ NOTIFYQUEUE_CIRCUIT_COOLDOWN_SECONDS = env.float(
 NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS = env.float(
     "NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS", default=86_400.0
 )
+# A NORMAL or LOW notification moves up one priority level (never above HIGH) for each such
+# period it has waited past its due time; 0 turns aging off (delivery/checks.py rejects a
+# negative or non-finite value).
+NOTIFYQUEUE_PRIORITY_AGING_SECONDS = env.float("NOTIFYQUEUE_PRIORITY_AGING_SECONDS", default=300.0)
 NOTIFYQUEUE_CLIENT_MAX_PENDING = env.int("NOTIFYQUEUE_CLIENT_MAX_PENDING", default=100_000)
 # API requests per client per fixed window (429 with Retry-After past it); 0 turns it off.
 NOTIFYQUEUE_API_RATE_LIMIT = env.int("NOTIFYQUEUE_API_RATE_LIMIT", default=60_000)

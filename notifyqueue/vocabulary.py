@@ -39,7 +39,7 @@ class Channel(models.TextChoices):
 
 
 class Priority(models.IntegerChoices):
-    """Stored as a small integer so that ascending order is claim order."""
+    """Stored as a small integer so that ascending order is the order of one client's rows."""
 
     CRITICAL = 0
     HIGH = 1

@@ -8,11 +8,13 @@
 -- them PROCESSING under a fresh claim token. The attempt is counted here, at claim time, so a
 -- message that crashes its worker still runs out of attempts. Commits before any provider call.
 --
--- Claim order: priority first (a CRITICAL always goes before any HIGH); within a priority,
--- round-robin across clients: every client with a due row gets its first, then every client
--- its second, ..., each client's own rows by due time. So one client's backlog at a priority
--- never holds another client's rows behind it. No client takes more than its share of one
--- claim, ceil(limit / clients with a due row at that priority), while others wait.
+-- Claim order: every due CRITICAL first (whoever's); then the clients with due rows take
+-- turns, the one the claims served longest ago first, however large each claim is: each
+-- client's first row, then each client's second, ... Each client's own rows go in priority
+-- order, then by due time; a NORMAL or LOW row moves up one level (never above HIGH) for each
+-- %(aging_s)s seconds it has waited past its due time (0: it never moves). So neither one
+-- client's backlog nor its priorities hold another client's rows behind it. No client takes
+-- more than its share of one claim, ceil(limit / clients with a due row), while others wait.
 --
 -- The statement is a PL/pgSQL function (delivery/sql/functions/) so that its plan is made
 -- once per server connection, not on every call: planning was most of a claim of a row or
@@ -20,7 +22,7 @@
 -- or the history.
 SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, priority,
        attempt_count, max_attempts, user_id, template, payload, fallback_channels
-FROM notification_claim_due_many(%(limit)s, %(worker)s, %(claim_timeout_s)s);
+FROM notification_claim_due_many(%(limit)s, %(worker)s, %(claim_timeout_s)s, %(aging_s)s);
 
 -- name: notification_finish
 -- Applies a batch of results (delivery/sql/functions/notification_finish_many.sql): each result

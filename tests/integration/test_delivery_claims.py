@@ -218,14 +218,17 @@ def claim_plan(cursor) -> str:
     statement prepared under the function's own settings and explained as PostgreSQL's
     generic plan, the one PL/pgSQL keeps, without costs (they are not what is compared)."""
     statement, settings = function_statement(cursor, "notification_claim_due_many")
-    for name, parameter in (("p_limit", "$1"), ("p_worker", "$2"), ("p_claim_timeout_s", "$3")):
+    parameters = (("p_limit", "$1"), ("p_worker", "$2"), ("p_claim_timeout_s", "$3"))
+    for name, parameter in (*parameters, ("p_aging_s", "$4")):
         statement = re.sub(rf"\b{name}\b", parameter, statement)
     for setting in settings:
         name, value = setting.split("=", 1)
         cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
-    cursor.execute(f"PREPARE kept_claim (integer, text, double precision) AS {statement}")
+    cursor.execute(
+        "PREPARE kept_claim (integer, text, double precision, double precision) AS " + statement
+    )
     try:
-        cursor.execute("EXPLAIN (COSTS OFF) EXECUTE kept_claim (100, 'w', 30)")
+        cursor.execute("EXPLAIN (COSTS OFF) EXECUTE kept_claim (100, 'w', 30, 300)")
         return "\n".join(row[0] for row in cursor.fetchall())
     finally:
         cursor.execute("DEALLOCATE kept_claim")

@@ -55,7 +55,9 @@ def answers(sends: Sends, count: int) -> list:
     return collected
 
 
-def test_a_freed_slot_starts_the_highest_priority_waiting_claim_without_the_loop():
+def test_a_freed_slot_starts_a_waiting_critical_first_then_the_others_in_claim_order():
+    """The claim already put each client's rows in priority order and the clients in turn; the
+    waiting claims keep that order, and only a CRITICAL passes them."""
     provider = GatedProvider()
     sends = Sends(1, threading.Event(), waiting=3)
     first, normal, critical, low = claim(2), claim(2), claim(0), claim(3)
@@ -66,7 +68,7 @@ def test_a_freed_slot_starts_the_highest_priority_waiting_claim_without_the_loop
 
     answered = answers(sends, 4)
 
-    assert provider.calls == [first.id, critical.id, normal.id, low.id]
+    assert provider.calls == [first.id, critical.id, low.id, normal.id]
     assert {a.claim.id for a in answered} == {first.id, critical.id, normal.id, low.id}
     assert sends.free == 4
     sends.close()

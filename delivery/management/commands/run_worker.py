@@ -35,6 +35,7 @@ def worker_from_settings(*, concurrency: int, batch_size: int) -> Worker:
             concurrency=concurrency,
             batch_size=batch_size,
             claim_timeout_s=settings.NOTIFYQUEUE_CLAIM_TIMEOUT_SECONDS,
+            priority_aging_s=settings.NOTIFYQUEUE_PRIORITY_AGING_SECONDS,
             send_timeout_s=settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS,
             poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
             heartbeat_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,

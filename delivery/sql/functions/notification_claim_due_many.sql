@@ -1,7 +1,11 @@
--- The claim: up to p_limit due rows in claim order (priority, then clients in turn), locked with
--- SKIP LOCKED, marked PROCESSING under a fresh token, their attempts opened. A function so that
--- its plan is made once per connection; the SET clauses keep that plan to the indexes.
-CREATE OR REPLACE FUNCTION notification_claim_due_many(p_limit integer, p_worker text, p_claim_timeout_s double precision)
+-- The claim: up to p_limit due rows in claim order, locked with SKIP LOCKED, marked PROCESSING
+-- under a fresh token, their attempts opened. Claim order: CRITICAL rows first, whoever's; then
+-- clients take turns, the one served longest ago first (delivery_client_turn), each client's
+-- own rows in priority order, a row moving up one level (never above HIGH) for each p_aging_s
+-- it has waited past its due time (0: no aging). A function so that its plan is made once per
+-- connection; the SET clauses keep that plan to the indexes. p_aging_s has a default so that a
+-- worker of the previous release, still running while the migration lands, claims through it.
+CREATE OR REPLACE FUNCTION notification_claim_due_many(p_limit integer, p_worker text, p_claim_timeout_s double precision, p_aging_s double precision DEFAULT 0)
  RETURNS TABLE(id uuid, claim_token uuid, client_id uuid, channel notification_channel, recipient character varying, subject text, body text, metadata jsonb, priority notification_priority, attempt_count notification_count, max_attempts notification_count, user_id character varying, template character varying, payload jsonb, fallback_channels jsonb)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
@@ -22,12 +26,19 @@ BEGIN
         PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
     RETURN QUERY
-    -- pairs: the (priority, client) pairs with waiting rows, by a loose index scan of
-    --        queue_pending_client (one probe per pair, however many rows each has);
-    -- due_pairs: the pairs with a due row, each with its share of the claim:
-    --        ceil(limit / number of clients with a due row at that priority);
-    -- due:   each pair's due rows, at most its share, locked with SKIP LOCKED; then taken in
-    --        turns across the pairs (every client's first, then every client's second...).
+    -- pairs:     the (priority, client) pairs with waiting rows, by a loose index scan of
+    --            queue_pending_client (one probe per pair, however many rows each has);
+    -- due_pairs: those with a due row; a client's CRITICAL pair is its CRITICAL tier, its
+    --            other pairs its other tier;
+    -- shares:    what one client may take of the claim in each tier, ceil(limit / clients
+    --            with a due row in the tier);
+    -- locked:    each pair's due rows, at most its tier's share, locked with SKIP LOCKED;
+    --            each pair's rows come by due time, so also by the level aging gives them and
+    --            the time they reached it;
+    -- ranked:    each client's rows in its own order, a merge of its pairs' heads (level, the
+    --            time the row reached it, age), numbered within the tier: its turns;
+    -- due:       the claim: CRITICAL tier first, then turn by turn, and within a turn the
+    --            clients in the order they were last served.
     -- The cost grows with the number of clients that have waiting rows, not with the rows.
     WITH RECURSIVE pairs AS (
         (SELECT q.priority, q.client_id FROM notification_queue AS q
@@ -49,8 +60,7 @@ BEGIN
         -- now), and taken in its order: no other index can serve that. (With plain equalities
         -- a plan could take queue_pending_due instead and read the priority's due rows of
         -- every client until one of this client's.)
-        SELECT pr.priority, pr.client_id,
-               ceil(p_limit::numeric / count(*) OVER (PARTITION BY pr.priority))::int AS share
+        SELECT pr.priority, pr.client_id, pr.priority = 0 AS critical
         FROM pairs AS pr
         CROSS JOIN LATERAL (
             SELECT q.due_at FROM notification_queue AS q
@@ -61,31 +71,82 @@ BEGIN
             ORDER BY q.priority, q.client_id, q.due_at
             LIMIT 1
         ) AS due_now
-    ), due AS (
-        SELECT head.id
+    ), shares AS (
+        SELECT ceil(p_limit::numeric / greatest(1, count(*) FILTER (WHERE t.critical)))::int
+                   AS critical,
+               ceil(p_limit::numeric / greatest(1, count(*) FILTER (WHERE NOT t.critical)))::int
+                   AS other
+        FROM (SELECT DISTINCT dp.client_id, dp.critical FROM due_pairs AS dp) AS t
+    ), locked AS (
+        SELECT dp.client_id, dp.critical, head.id, head.priority, head.due_at, head.created_at,
+               CASE WHEN dp.critical THEN s.critical ELSE s.other END AS share
         FROM due_pairs AS dp
+        CROSS JOIN shares AS s
         CROSS JOIN LATERAL (
-            SELECT locked.id, locked.due_at, locked.created_at,
-                   row_number() OVER (ORDER BY locked.due_at, locked.created_at) AS turn
-            FROM (
-                -- The record is what is locked (found through the queue row, the snapshot's
-                -- copy). A record changed meanwhile is locked in its new version, which the
-                -- UPDATE below re-checks: its WHERE names the record's own status and due
-                -- time. (Not here: the planner might start from the record.)
-                SELECT n.id, q.due_at, q.created_at
-                FROM notification_queue AS q
-                JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
-                WHERE q.status = 'PENDING'
-                  AND (q.priority, q.client_id, q.due_at)
-                      BETWEEN (dp.priority, dp.client_id, '-infinity'::timestamptz)
-                          AND (dp.priority, dp.client_id, notifyqueue_now())
-                ORDER BY q.priority, q.client_id, q.due_at, q.created_at
-                LIMIT dp.share
-                FOR UPDATE OF n SKIP LOCKED
-            ) AS locked
+            -- The record is what is locked (found through the queue row, the snapshot's
+            -- copy). A record changed meanwhile is locked in its new version, which the
+            -- UPDATE below re-checks: its WHERE names the record's own status and due
+            -- time. (Not here: the planner might start from the record.)
+            SELECT n.id, q.priority, q.due_at, q.created_at
+            FROM notification_queue AS q
+            JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
+            WHERE q.status = 'PENDING'
+              AND (q.priority, q.client_id, q.due_at)
+                  BETWEEN (dp.priority, dp.client_id, '-infinity'::timestamptz)
+                      AND (dp.priority, dp.client_id, notifyqueue_now())
+            ORDER BY q.priority, q.client_id, q.due_at, q.created_at
+            LIMIT CASE WHEN dp.critical THEN s.critical ELSE s.other END
+            FOR UPDATE OF n SKIP LOCKED
         ) AS head
-        ORDER BY dp.priority, head.turn, head.due_at, head.created_at
+    ), ranked AS (
+        -- A NORMAL or LOW row that has waited past its due time for `steps` periods stands
+        -- `steps` levels higher (never above HIGH), as if it had become due at that level
+        -- when it reached it. With aging off (or a non-finite period) no row moves.
+        SELECT l.id, l.client_id, l.critical,
+               row_number() OVER (
+                   PARTITION BY l.client_id, l.critical
+                   ORDER BY l.priority - aged.steps,
+                            CASE WHEN aged.steps = 0 THEN l.due_at
+                                 ELSE l.due_at + make_interval(secs => aged.steps * p_aging_s)
+                            END,
+                            l.due_at, l.created_at
+               ) AS turn,
+               l.share
+        FROM locked AS l
+        CROSS JOIN LATERAL (
+            SELECT CASE
+                       WHEN p_aging_s > 0 AND p_aging_s < 'infinity'::float8 AND l.priority > 1
+                       THEN least(l.priority - 1,
+                                  floor(extract(epoch FROM notifyqueue_now() - l.due_at)::float8
+                                        / p_aging_s))::int
+                       ELSE 0
+                   END AS steps
+        ) AS aged
+    ), due AS (
+        SELECT r.id, r.client_id,
+               row_number() OVER (
+                   ORDER BY NOT r.critical, r.turn, t.served_claim NULLS FIRST,
+                            t.served_position NULLS FIRST, r.client_id
+               ) AS place
+        FROM ranked AS r
+        LEFT JOIN delivery_client_turn AS t ON t.client_id = r.client_id
+        -- A client's rows past its share are left out: its pairs were read only that far,
+        -- so its own order is known only that far.
+        WHERE r.turn <= r.share
+        ORDER BY place
         LIMIT p_limit
+    ), served AS (
+        -- Each client served goes to the back of the turns, in the order of its last row in
+        -- this claim. A client whose marker another claim is writing at this moment is
+        -- skipped (that claim moves it back): the claim never waits for another.
+        INSERT INTO delivery_client_turn AS t (client_id, served_claim, served_position)
+        SELECT d.client_id, (SELECT nextval('delivery_client_turn_claim')), max(d.place)
+        FROM due AS d
+        WHERE pg_try_advisory_xact_lock(hashtext('notifyqueue:client_turn'),
+                                        hashtext(d.client_id::text))
+        GROUP BY d.client_id
+        ON CONFLICT (client_id) DO UPDATE
+            SET served_claim = excluded.served_claim, served_position = excluded.served_position
     ), claimed AS (
         UPDATE notification AS n
         SET status = 'PROCESSING',
@@ -98,7 +159,7 @@ BEGIN
         FROM due
         WHERE n.id = ANY (ARRAY[due.id]) AND n.status = 'PENDING' AND n.due_at <= notifyqueue_now()
         RETURNING n.id, n.claim_token, n.client_id, n.channel, n.recipient, n.subject, n.body,
-                  n.metadata, n.priority, n.due_at, n.created_at, n.attempt_count,
+                  n.metadata, n.priority, due.place, n.attempt_count,
                   n.max_attempts, n.user_id, n.template, n.payload, n.fallback_channels
     ), attempt AS (
         INSERT INTO delivery_attempt (notification_id, claim_token, number, channel, worker,
@@ -106,11 +167,12 @@ BEGIN
         SELECT c.id, c.claim_token, c.attempt_count, c.channel, p_worker, notifyqueue_now()
         FROM claimed AS c
     )
-    -- An empty metadata object or fallback list comes back NULL (Claim reads it as empty), so
-    -- most claimed rows have no JSON for the worker to decode.
+    -- In claim order, which the worker keeps for the rows that wait for a send slot. An empty
+    -- metadata object or fallback list comes back NULL (Claim reads it as empty), so most
+    -- claimed rows have no JSON for the worker to decode.
     SELECT c.id, c.claim_token, c.client_id, c.channel, c.recipient, c.subject, c.body,
            nullif(c.metadata, '{}'::jsonb), c.priority, c.attempt_count, c.max_attempts,
            c.user_id, c.template, c.payload, nullif(c.fallback_channels, '[]'::jsonb)
     FROM claimed AS c
-    ORDER BY c.priority, c.due_at, c.created_at;
+    ORDER BY c.place;
 END $function$;
