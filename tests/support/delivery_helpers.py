@@ -36,6 +36,7 @@ def worker_build(
     send_timeout_s: float = 0.0,
     rate_limits: RateLimitRepository | None = None,
     router: Router | None = None,
+    priority_aging_s: float = 300.0,
 ) -> Worker:
     return Worker(
         providers=providers or simulated_providers(),
@@ -48,6 +49,7 @@ def worker_build(
             circuit=circuit,
             rate_limit=rate_limit,
             send_timeout_s=send_timeout_s,
+            priority_aging_s=priority_aging_s,
         ),
         policy=policy or RetryPolicy(base_s=0.5, max_s=60.0),
         rng=random.Random(7),
