@@ -8,13 +8,13 @@ loop, which records it.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import queue
 import threading
 import time
 import traceback
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -94,7 +94,8 @@ class _Call:
 
 class Sends:
     """Provider calls: at most `concurrency` at once on a ThreadPoolExecutor, and up to
-    `waiting` more claims held ready, CRITICAL first, the others in claim order.
+    `waiting` more claims held ready: CRITICAL first, then the claims of the clients with the
+    fewest calls running, in claim order.
 
     A call that ends starts the next waiting one from its own thread (the future's done
     callback), so a slow provider's slots refill without waiting for the loop's next claim
@@ -120,9 +121,7 @@ class Sends:
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="send")
         self._done: queue.SimpleQueue[Sent] = queue.SimpleQueue()
         self._running: dict[Future[ProviderResult], _Call] = {}
-        # Claims waiting for a slot: (0 for CRITICAL else 1, arrival, call), a heap, so a
-        # CRITICAL claimed after a batch of other rows still goes first, and the others start
-        # in the order the claims gave them (clients in turn, each client's own by priority).
+        # Claims waiting for a slot: (0 for CRITICAL else 1, arrival, call); see `_following`.
         self._queued: list[tuple[int, int, _Call]] = []
         self._withdrawn: list[Claim] = []
         self._arrivals = itertools.count()
@@ -156,7 +155,7 @@ class Sends:
         with self._lock:
             if len(self._running) >= self.concurrency:
                 tier = int(claim.priority != Priority.CRITICAL)
-                heapq.heappush(self._queued, (tier, next(self._arrivals), call))
+                self._queued.append((tier, next(self._arrivals), call))
                 return
             future = self._start(call)
         future.add_done_callback(self._finished)
@@ -196,6 +195,23 @@ class Sends:
         self._running[future] = call
         return future
 
+    def _following(self) -> _Call:
+        """Takes the waiting claim to start next (the caller holds the lock): a CRITICAL first;
+        then the one whose client has the fewest calls running here, so a client that was
+        claimed for while another's rows filled every slot does not wait behind those claimed
+        just before it; then the earliest claimed, which keeps the claims' order (each
+        client's own rows by priority). At most `waiting` are compared."""
+        running = Counter(call.claim.client_id for call in self._running.values())
+        place = min(
+            range(len(self._queued)),
+            key=lambda i: (
+                self._queued[i][0],
+                running[self._queued[i][2].claim.client_id],
+                self._queued[i][1],
+            ),
+        )
+        return self._queued.pop(place)[2]
+
     def _finished(self, future: Future[ProviderResult]) -> None:
         following = None
         with self._lock:
@@ -204,7 +220,7 @@ class Sends:
             self._done.put(Sent(call.claim, call.admission, future.result(), call.started))
             now = time.monotonic()
             while self._queued and following is None and not self._stopping.is_set():
-                _, _, waiting = heapq.heappop(self._queued)
+                waiting = self._following()
                 if now < waiting.start_by:
                     following = self._start(waiting)
                 else:

@@ -4,6 +4,7 @@ waiting claims are given back instead."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -11,6 +12,8 @@ import uuid
 from delivery.providers.base import Accepted, Message
 from delivery.repositories import Claim
 from delivery.sending import Sends
+
+CLIENT_A = uuid.uuid4()
 
 
 class GatedProvider:
@@ -46,6 +49,27 @@ def claim(priority: int = 2) -> Claim:
     )
 
 
+class KeyedProvider:
+    """Records each call's notification id, then waits until the test releases that id."""
+
+    name = "keyed"
+
+    def __init__(self) -> None:
+        self.calls: list[uuid.UUID] = []
+        self.released: dict[uuid.UUID, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def gate(self, notification_id: uuid.UUID) -> threading.Event:
+        with self._lock:
+            return self.released.setdefault(notification_id, threading.Event())
+
+    def send(self, message: Message) -> Accepted:
+        with self._lock:
+            self.calls.append(message.notification_id)
+        assert self.gate(message.notification_id).wait(10)
+        return Accepted(message_id=None)
+
+
 def answers(sends: Sends, count: int) -> list:
     collected: list = []
     deadline = time.monotonic() + 10
@@ -71,6 +95,36 @@ def test_a_freed_slot_starts_a_waiting_critical_first_then_the_others_in_claim_o
     assert provider.calls == [first.id, critical.id, low.id, normal.id]
     assert {a.claim.id for a in answered} == {first.id, critical.id, normal.id, low.id}
     assert sends.free == 4
+    sends.close()
+
+
+def test_a_freed_slot_goes_to_the_waiting_claim_of_a_client_with_no_call_running():
+    """Client a's calls fill both slots and two more of a's wait; b's claim, claimed after
+    them, starts in the first slot that frees, then a's in their order."""
+    provider = KeyedProvider()
+    sends = Sends(2, threading.Event(), waiting=3)
+    a = [dataclasses.replace(claim(), client_id=CLIENT_A) for _ in range(4)]
+    b = claim()
+    for c in (*a, b):
+        sends.submit(provider, c, None, time.monotonic())
+    deadline = time.monotonic() + 10
+    while len(provider.calls) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    provider.gate(a[0].id).set()  # a[1] still runs
+    while len(provider.calls) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert provider.calls[2] == b.id
+    provider.gate(a[1].id).set()
+    while len(provider.calls) < 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert provider.calls[3] == a[2].id
+    for c in (*a, b):
+        provider.gate(c.id).set()
+    answers(sends, 5)
+    assert provider.calls[4] == a[3].id
     sends.close()
 
 
