@@ -1,6 +1,6 @@
 """Notify Queue's benchmark, beside procrastinate and pgqueuer on one PostgreSQL.
 
-Ingest, drain, slow provider, fairness, webhooks, latency and history, all in one command:
+Ingest, drain, slow provider, fairness, aging, webhooks, latency and history, all in one command:
 
     python3 dev.py bench [--quick] [--repeats 3] [--backlog 200000] [--large-backlog] ...
 
@@ -81,6 +81,16 @@ class Config:
     fairness_flood: int
     fairness_quiet: int
     fairness_workers: int
+    # fairness on a slow provider: one worker (concurrency 8) and an HTTP provider answering
+    # after `fairness_slow_delay` s; one client floods `fairness_slow_flood` rows, then
+    # `fairness_slow_quiet` other clients create 5 rows each.
+    fairness_slow_flood: int
+    fairness_slow_quiet: int
+    fairness_slow_delay: float
+    # aging: one client's HIGH rows arrive at 100 % and 120 % of the drain rate for
+    # `aging_seconds`, with a few LOW rows among them, aging period `aging_period` s, on and off.
+    aging_seconds: float
+    aging_period: float
     # webhooks: `webhook_rows` notifications (split among the run's clients) whose events one
     # worker's sender POSTs to a receiver answering at once.
     webhook_rows: int
@@ -96,7 +106,17 @@ class Config:
     port: int
 
 
-SECTIONS = ("ingest", "batch", "drain", "slow", "fairness", "webhooks", "latency", "history")
+SECTIONS = (
+    "ingest",
+    "batch",
+    "drain",
+    "slow",
+    "fairness",
+    "aging",
+    "webhooks",
+    "latency",
+    "history",
+)
 
 
 def config_parse(argv: list[str]) -> Config:
@@ -146,6 +166,17 @@ def config_parse(argv: list[str]) -> Config:
         type=int,
         default=2,
         help="run_worker processes in the fairness run (default 2)",
+    )
+    parser.add_argument(
+        "--fairness-slow-quiet",
+        type=int,
+        default=2,
+        help="quiet clients (5 rows each) beside the flood on the slow provider (default 2)",
+    )
+    parser.add_argument(
+        "--aging-seconds",
+        type=float,
+        help="length of each aging run's HIGH flood (default 12; quick 8)",
     )
     parser.add_argument(
         "--webhook-rows",
@@ -199,6 +230,11 @@ def config_parse(argv: list[str]) -> Config:
         fairness_flood=args.fairness_flood or (5_000 if quick else 20_000),
         fairness_quiet=args.fairness_quiet,
         fairness_workers=args.fairness_workers,
+        fairness_slow_flood=300,
+        fairness_slow_quiet=max(1, args.fairness_slow_quiet),
+        fairness_slow_delay=1.0,
+        aging_seconds=args.aging_seconds or (8 if quick else 12),
+        aging_period=2.0,
         webhook_rows=args.webhook_rows or (2_000 if quick else 5_000),
         worker_concurrency=args.worker_concurrency,
         worker_batch=args.worker_batch,
@@ -708,10 +744,10 @@ class Rows:
             self.queue_table = queue_table_exists(conn)
         self.poll = Poll(server, DATABASES["ours"])
 
-    def create(self, prefix: str, count: int, *, chunk: int = 5_000) -> None:
+    def create(self, prefix: str, count: int, *, chunk: int = 5_000, priority: int = 2) -> None:
         """`count` PENDING notifications due now, each to its own recipient (the rate limit
         is per recipient), with keys `<prefix>-<n>`, committed together: workers already
-        running see all of them at once."""
+        running see all of them at once. `priority` 0 CRITICAL ... 3 LOW."""
         if self.create_many is None:
             self._insert(prefix, count, status="PENDING")
             return
@@ -725,7 +761,7 @@ class Rows:
                         "recipient": f"{prefix}-{n}@example.com",
                         "subject": "Hi",
                         "body": "Your code is 123456",
-                        "priority": 2,
+                        "priority": priority,
                         "metadata": {},
                         "fallback_channels": [],
                         "max_attempts": 6,
@@ -1149,6 +1185,7 @@ class Bench:
         # The fairness run's clients, made on first use: the flooder, then the quiet ones.
         self.fair_rows: list[Rows] = []
         self.hook_rows: list[Rows] = []
+        self.aging_clients: list[Rows] = []
         # machine_speed() at the start and at the end.
         self.speeds: list[str] = []
 
@@ -1214,6 +1251,8 @@ class Bench:
                 self.slow_provider(r)
             if "fairness" in c.sections:
                 self.fairness(r)
+                self.fairness_slow(r)
+                self.fairness_high(r)
             if "webhooks" in c.sections:
                 for clients in (1, WEBHOOK_CLIENTS):
                     self.webhooks(r, clients)
@@ -1221,6 +1260,8 @@ class Bench:
             with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0") as self.api:
                 for r in range(c.repeats):
                     self.latency(r)
+        if "aging" in c.sections:
+            self.aging()
         if "history" in c.sections:
             self.history()
         self.exactly_once_check()
@@ -1557,6 +1598,281 @@ class Bench:
             f"{percentile(fifo_waits, 50):,.0f} ms, max {max(fifo_waits):,.0f} ms"
         )
 
+    def run_times(self, like: str) -> list[tuple[str, float, float | None]]:
+        """(key, created, sent) of the rows whose key is LIKE `like`, in seconds of the
+        database clock, oldest first."""
+        with self.server.connect(DATABASES["ours"]) as conn:
+            return conn.execute(
+                "SELECT idempotency_key, extract(epoch FROM created_at)::float8, "
+                "extract(epoch FROM sent_at)::float8 FROM notification "
+                "WHERE idempotency_key LIKE %s ORDER BY created_at, idempotency_key",
+                [like],
+            ).fetchall()
+
+    def rows_cancel(self, like: str) -> int:
+        """Cancels the waiting rows whose key is LIKE `like` (a flood not worth draining)."""
+        with self.server.connect(DATABASES["ours"]) as conn:
+            return conn.execute(
+                "UPDATE notification SET status = 'CANCELLED', updated_at = now() "
+                "WHERE idempotency_key LIKE %s AND status = 'PENDING'",
+                [like],
+            ).rowcount
+
+    def fairness_slow(self, r: int) -> None:
+        """Claims sized to free send slots: one worker, concurrency 8, an HTTP provider that
+        answers after a second. One client floods `fairness_slow_flood` rows; once they fill
+        the slots (and the claims held ready for them), `fairness_slow_quiet` other clients
+        create 5 rows each. Timed until the quiet rows are SENT; the rest of the flood is then
+        cancelled (draining it would take minutes and measure nothing more)."""
+        c = self.config
+        flooder, *others = self.fairness_clients()
+        quiet = others[: c.fairness_slow_quiet]
+        prefix = f"fslow{r}"
+        quiet_rows = 5
+        with Provider(c.fairness_slow_delay) as provider:
+            processes = workers_start(
+                c, self.server, 1, until_empty=False, concurrency=8, **http_provider_env(provider)
+            )
+            time.sleep(3)  # listening before the first create
+            log(
+                f"fairness, slow provider: client 1 creates {c.fairness_slow_flood} rows, then "
+                f"{len(quiet)} clients {quiet_rows} each, all NORMAL; 1 worker, concurrency 8, "
+                f"provider answering after {c.fairness_slow_delay:g} s"
+            )
+            flooder.create(f"{prefix}-flood", c.fairness_slow_flood)
+            time.sleep(3)  # the flood holds every slot and every claim held ready
+            for n, rows in enumerate(quiet, 1):
+                rows.create(f"{prefix}-quiet{n}", quiet_rows)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                waits = self.run_times(f"{prefix}-quiet%")
+                if all(sent is not None for _, _, sent in waits):
+                    break
+                time.sleep(0.2)
+            processes_stop(processes)
+            self.provider_check(prefix, provider)
+        self.rows_cancel(f"{prefix}-flood-%")
+        if any(sent is None for _, _, sent in waits):
+            self.problems.append(f"fairness, slow provider, run {r}: quiet rows not all SENT")
+            return
+        flood_sent = [
+            sent for _, _, sent in self.run_times(f"{prefix}-flood-%") if sent is not None
+        ]
+        quiet_waits = [1000 * (sent - made) for _, made, sent in waits]
+        # Oldest first, the quiet rows would leave after every flood row still unsent when
+        # they were created, at the rate the provider allows (8 a second here).
+        first_quiet = min(made for _, made, _ in waits)
+        ahead = c.fairness_slow_flood - sum(1 for sent in flood_sent if sent <= first_quiet)
+        fifo_s = (ahead + len(waits)) / (8 / c.fairness_slow_delay)
+        name = f"{len(quiet)} quiet clients' rows ({quiet_rows} each)"
+        note = (
+            f"fairness on a slow provider: one worker (concurrency 8) and an HTTP provider "
+            f"answering after {c.fairness_slow_delay:g} s, so nearly every claim is of one row; "
+            f"one client's {c.fairness_slow_flood} NORMAL rows fill the slots, then "
+            f"{len(quiet)} other clients create {quiet_rows} each. Target: every quiet row "
+            "SENT within 3 s of its create"
+        )
+        for stat, pick in (("p50", lambda v: percentile(v, 50)), ("max", max)):
+            self.figure(
+                f"fair-slow-{stat}",
+                f"fairness, slow provider: {name}, created → SENT, {stat}",
+                "ms (lower is better)",
+                note=note if stat == "p50" else "",
+            ).ours.append(pick(quiet_waits))
+        self.figure(
+            "fair-slow-fifo",
+            "fairness, slow provider: the last quiet row, if claimed oldest-first (model)",
+            "ms",
+        ).ours.append(1000 * fifo_s)
+        log(
+            f"fairness, slow provider: quiet p50 {percentile(quiet_waits, 50):,.0f} ms, max "
+            f"{max(quiet_waits):,.0f} ms (target 3,000); oldest-first would send the last "
+            f"after about {fifo_s:,.0f} s"
+        )
+
+    def fairness_high(self, r: int) -> None:
+        """The fairness run with the flood at HIGH and the quiet clients' rows at NORMAL:
+        priority orders a client's own rows only, so the quiet clients still take their
+        turns. The others' share of the sends is counted while they had rows waiting (from
+        the first quiet create to the last quiet row SENT)."""
+        c = self.config
+        flooder, *quiet = self.fairness_clients()
+        prefix = f"fairhigh{r}"
+        processes = workers_start(c, self.server, c.fairness_workers, until_empty=False)
+        time.sleep(3)
+        log(
+            f"fairness, HIGH flood: client 1 creates {c.fairness_flood:,} HIGH rows, then "
+            f"{len(quiet)} clients {c.fairness_quiet} NORMAL each; {c.fairness_workers} workers"
+        )
+        self.server.checkpoint()
+        flooder.create(f"{prefix}-flood", c.fairness_flood, priority=1)
+        for n, rows in enumerate(quiet, 1):
+            rows.create(f"{prefix}-quiet{n}", c.fairness_quiet)
+        deadline = time.monotonic() + 900
+        while (
+            sum(rows.waiting(prefix) for rows in (flooder, *quiet)) and time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
+        processes_stop(processes)
+        rows = self.run_times(f"{prefix}-%")
+        total = c.fairness_flood + len(quiet) * c.fairness_quiet
+        if len(rows) != total or any(sent is None for _, _, sent in rows):
+            self.problems.append(f"fairness, HIGH flood, run {r}: not every row SENT")
+            return
+        flood = f"{prefix}-flood-"
+        quiet_made = [made for key, made, _ in rows if not key.startswith(flood)]
+        quiet_done = max(sent for key, _, sent in rows if not key.startswith(flood))
+        window = [key for key, _, sent in rows if min(quiet_made) <= sent <= quiet_done]
+        share = 100 * sum(1 for key in window if not key.startswith(flood)) / len(window)
+        quiet_waits = [
+            1000 * (sent - made) for key, made, sent in rows if not key.startswith(flood)
+        ]
+        self.figure(
+            "fair-high-share",
+            f"fairness, HIGH flood: the {len(quiet)} NORMAL clients' share of the sends while "
+            "they had rows waiting (global priority: 0 %)",
+            "% (target ≥ 50)",
+            note=(
+                f"fairness, HIGH flood: as the fairness run, but the flooding client's "
+                f"{c.fairness_flood:,} rows are HIGH and the {len(quiet)} others' NORMAL"
+            ),
+        ).ours.append(share)
+        self.figure(
+            "fair-high-quiet-max",
+            "fairness, HIGH flood: the NORMAL clients' rows, created → SENT, max",
+            "ms (lower is better)",
+        ).ours.append(max(quiet_waits))
+        log(
+            f"fairness, HIGH flood: the NORMAL clients had {share:.0f} % of the sends while "
+            f"they waited ({len(window)} sends); their rows waited p50 "
+            f"{percentile(quiet_waits, 50):,.0f} ms, max {max(quiet_waits):,.0f} ms"
+        )
+
+    def aging(self) -> None:
+        """Priority aging under a HIGH flood. One client; one worker (concurrency 8) and an
+        HTTP provider answering after 100 ms. The drain rate is measured first; then, for
+        each load (100 % and 120 % of it) and aging period (`aging_period` s, and 0: off),
+        HIGH rows arrive at that rate for `aging_seconds`, with one LOW row every 2 s from
+        the first second on, and every row is timed to SENT. Run once, whatever --repeats."""
+        c = self.config
+        [rows] = self.aging_rows()
+        delay_s, concurrency = 0.1, 8
+        with Provider(delay_s) as provider:
+            env = http_provider_env(provider)
+            processes = workers_start(
+                c, self.server, 1, until_empty=False, concurrency=concurrency, **env
+            )
+            time.sleep(3)
+            rows.create("aging-rate", 600, priority=1)
+            while rows.waiting("aging-rate"):
+                time.sleep(0.2)
+            processes_stop(processes)
+            sent = sorted(s for _, _, s in self.run_times("aging-rate-%"))
+            middle = sent[100:500]  # the steady part, without the start and the tail
+            rate = (len(middle) - 1) / (middle[-1] - middle[0])
+            log(f"aging: the drain rate is {rate:,.0f}/s (1 worker, concurrency 8, 100 ms)")
+            for load in (1.0, 1.2):
+                for period in (c.aging_period, 0.0):
+                    self.aging_run(rows, provider, rate, load, period, concurrency)
+
+    def aging_rows(self) -> list[Rows]:
+        """The aging run's one client, made on first use."""
+        if not self.aging_clients:
+            self.aging_clients = self.clients_create(["aging"])
+        return self.aging_clients
+
+    def aging_run(
+        self,
+        rows: Rows,
+        provider: Provider,
+        rate: float,
+        load: float,
+        period: float,
+        concurrency: int,
+    ) -> None:
+        c = self.config
+        prefix = f"aging{round(load * 100)}p{period:g}"
+        processes = workers_start(
+            c,
+            self.server,
+            1,
+            until_empty=False,
+            concurrency=concurrency,
+            NOTIFYQUEUE_PRIORITY_AGING_SECONDS=str(period),
+            **http_provider_env(provider),
+        )
+        time.sleep(3)
+        started = time.monotonic()
+        made = batches = lows = 0
+        while (elapsed := time.monotonic() - started) < c.aging_seconds:
+            due = round(load * rate * elapsed) - made
+            if due > 0:
+                rows.create(f"{prefix}-high{batches}", due, priority=1)
+                made += due
+                batches += 1
+            if elapsed >= 1 + 2 * lows:
+                rows.create(f"{prefix}-low{lows}", 1, priority=3)
+                lows += 1
+            time.sleep(0.02)
+        deadline = time.monotonic() + 120
+        while rows.waiting(prefix) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        processes_stop(processes)
+        times = self.run_times(f"{prefix}-%")
+        if any(sent is None for _, _, sent in times):
+            self.problems.append(f"aging {prefix}: not every row SENT")
+            return
+        low = [(made, sent) for key, made, sent in times if "-low" in key]
+        high = [(made, sent) for key, made, sent in times if "-high" in key]
+        low_waits = [1000 * (sent - made) for made, sent in low]
+        high_waits = [1000 * (sent - made) for made, sent in high]
+        # Each LOW row against the HIGH rows created within 100 ms of the moment it became
+        # HIGH (two periods past its due time): how much later it was sent than they were.
+        behind = []
+        if period:
+            for made, sent in low:
+                promoted = made + 2 * period
+                peers = [s for m, s in high if promoted <= m <= promoted + 0.1]
+                if peers:
+                    behind.append(1000 * (sent - statistics.median(peers)))
+        label = f"{round(load * 100)} % of the drain rate, aging " + (
+            f"{period:g} s" if period else "off"
+        )
+        key = f"aging-{round(load * 100)}-{'on' if period else 'off'}"
+        self.figure(
+            f"{key}-low",
+            f"aging: LOW rows under a HIGH flood at {label}, created → SENT, max",
+            "ms",
+            note=(
+                f"aging: one client, 1 worker (concurrency {concurrency}), an HTTP provider "
+                f"answering after 100 ms; HIGH rows arrive at the load shown for "
+                f"{c.aging_seconds:g} s, one LOW row every 2 s among them; "
+                "NOTIFYQUEUE_PRIORITY_AGING_SECONDS as shown. Measured once"
+            )
+            if key == "aging-100-on"
+            else "",
+        ).ours.append(max(low_waits))
+        self.figure(
+            f"{key}-high", f"aging: the HIGH rows at {label}, created → SENT, max", "ms"
+        ).ours.append(max(high_waits))
+        if behind:
+            self.figure(
+                f"{key}-behind",
+                f"aging: at {label}, a LOW row SENT after the HIGH rows created as it became "
+                "HIGH, worst (≤ 0: no later than they)",
+                "ms",
+            ).ours.append(max(behind))
+        log(
+            f"aging at {label}: LOW waited p50 {percentile(low_waits, 50):,.0f} ms, max "
+            f"{max(low_waits):,.0f} ms; HIGH p50 {percentile(high_waits, 50):,.0f} ms, max "
+            f"{max(high_waits):,.0f} ms"
+            + (
+                f"; LOW after the HIGH made at its promotion: {max(behind):,.0f} ms"
+                if behind
+                else ""
+            )
+        )
+
     def latency(self, r: int) -> None:
         c = self.config
         prefix = f"latency{r}"
@@ -1732,7 +2048,16 @@ class Bench:
     def exactly_once_check(self) -> None:
         """Every notification the benchmark delivered is SENT, with one successful attempt
         and (simulated provider) one send."""
-        delivered = ("drain%", "slow%", "fair%", "hooks%", "latency%", "history%drain%")
+        delivered = (
+            "drain%",
+            "slow%",
+            "fair%",
+            "fslow%quiet%",
+            "aging%",
+            "hooks%",
+            "latency%",
+            "history%drain%",
+        )
         with self.server.connect(DATABASES["ours"]) as conn:
             where = " OR ".join("n.idempotency_key LIKE %s" for _ in delivered)
             total, not_sent = conn.execute(
