@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,10 +175,18 @@ class _SimulatedAnswer:
 
 class DeliveryRepository:
     def notification_claim_due(
-        self, *, worker: str, limit: int, claim_timeout_s: float, aging_s: float = 0.0
+        self,
+        *,
+        worker: str,
+        limit: int,
+        claim_timeout_s: float,
+        aging_s: float = 0.0,
+        held: Mapping[uuid.UUID, int] | None = None,
     ) -> list[Claim]:
-        """Up to `limit` due rows, in claim order (CRITICAL first, then clients in turn, each
-        client's rows by priority, aged one level per `aging_s` overdue; 0: no aging)."""
+        """Up to `limit` due rows, in claim order: CRITICAL first, then clients in turn, a
+        client's turns counted from the claims the worker already `held` for it, each
+        client's rows by priority, aged one level per `aging_s` overdue (0: no aging)."""
+        held = held or {}
         return SQL.rows(
             "notification_claim_due",
             row=Claim,
@@ -186,6 +194,8 @@ class DeliveryRepository:
             limit=limit,
             claim_timeout_s=claim_timeout_s,
             aging_s=aging_s,
+            held_clients=list(held),
+            held_counts=list(held.values()),
         )
 
     def notification_finish(self, finishes: list[Finish]) -> list[Finished]:

@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 import traceback
+import uuid
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -134,6 +135,13 @@ class Sends:
             return (
                 len(self._running) + len(self._queued) + len(self._withdrawn) + self._done.qsize()
             )
+
+    def held(self) -> dict[uuid.UUID, int]:
+        """Claims submitted and not yet answered (running or waiting), by client: the claim
+        counts each client's turns from these."""
+        with self._lock:
+            calls = [*self._running.values(), *(call for _, _, call in self._queued)]
+        return dict(Counter(call.claim.client_id for call in calls))
 
     @property
     def free(self) -> int:

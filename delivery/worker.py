@@ -232,6 +232,7 @@ class Worker:
                 limit=free,
                 claim_timeout_s=self.config.claim_timeout_s,
                 aging_s=self.config.priority_aging_s,
+                held=self._sends.held(),
             )
             if claims:
                 start_by = claimed_at + self.config.claim_timeout_s - self.config.send_timeout_s

@@ -1,6 +1,7 @@
 """Clients take turns across claims: each client's last service is kept
-(`delivery_client_turn`, numbered by the sequence `delivery_client_turn_claim`), and the claim
-orders each client's own rows by priority, aged one level per period overdue."""
+(`delivery_client_turn`, numbered by the sequence `delivery_client_turn_claim`), a client's
+turns count from the claims the worker already holds for it, and the claim orders each
+client's own rows by priority, aged one level per period overdue."""
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -37,7 +38,7 @@ class Migration(migrations.Migration):
             "CREATE SEQUENCE delivery_client_turn_claim;",
             reverse_sql="DROP SEQUENCE delivery_client_turn_claim;",
         ),
-        # A new parameter at the end, with a default: the old signature is dropped, not left
+        # New parameters at the end, with defaults: the old signature is dropped, not left
         # beside the new one, and a worker of the previous release calls the new one through
         # the same statement (this migration is one transaction). A database migrated from
         # scratch has only the new one: the earlier migrations load the file as it is now.

@@ -15,6 +15,9 @@
 -- %(aging_s)s seconds it has waited past its due time (0: it never moves). So neither one
 -- client's backlog nor its priorities hold another client's rows behind it. No client takes
 -- more than its share of one claim, ceil(limit / clients with a due row), while others wait.
+-- A client's turns count from the claims this worker already holds for it
+-- (%(held_clients)s, %(held_counts)s: running or waiting for a send slot), so a client that
+-- holds every slot waits until the others hold as many.
 --
 -- The statement is a PL/pgSQL function (delivery/sql/functions/) so that its plan is made
 -- once per server connection, not on every call: planning was most of a claim of a row or
@@ -22,7 +25,8 @@
 -- or the history.
 SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, priority,
        attempt_count, max_attempts, user_id, template, payload, fallback_channels
-FROM notification_claim_due_many(%(limit)s, %(worker)s, %(claim_timeout_s)s, %(aging_s)s);
+FROM notification_claim_due_many(%(limit)s, %(worker)s, %(claim_timeout_s)s, %(aging_s)s,
+                                  %(held_clients)s::uuid[], %(held_counts)s::integer[]);
 
 -- name: notification_finish
 -- Applies a batch of results (delivery/sql/functions/notification_finish_many.sql): each result

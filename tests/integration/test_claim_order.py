@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -50,8 +51,10 @@ def rows(client, count: int, *, priority: int = NORMAL, due_at=None, step_s: flo
     ]
 
 
-def claim(limit: int, *, aging_s: float = 0.0) -> list:
-    return repo.notification_claim_due(worker="w", limit=limit, claim_timeout_s=30, aging_s=aging_s)
+def claim(limit: int, *, aging_s: float = 0.0, held: dict | None = None) -> list:
+    return repo.notification_claim_due(
+        worker="w", limit=limit, claim_timeout_s=30, aging_s=aging_s, held=held
+    )
 
 
 def claimed_ids(limit: int, *, aging_s: float = 0.0) -> list:
@@ -94,6 +97,24 @@ def test_the_turns_carry_over_between_claims_of_any_size():
     rows(d, 2)
     assert owners(claim(1)) == [d.id]
     assert owners(claim(3)) == [c.id, a.id, b.id]
+
+
+@pytest.mark.django_db
+def test_a_client_holding_the_workers_slots_waits_until_the_others_hold_as_many():
+    """The worker tells the claim what it holds per client (running or waiting for a send
+    slot). Holding four for a, it gives its one-row claims to b and c until each holds four
+    too; then the three take turns again."""
+    a, b, c = clients(3)
+    for client in (a, b, c):
+        rows(client, 10)
+    held = Counter({a.id: 4})
+    served = []
+    for _ in range(11):
+        [got] = claim(1, held=dict(held))
+        held[got.client_id] += 1
+        served.append(got.client_id)
+    assert served[:8] == [b.id, c.id] * 4
+    assert served[8:] == [a.id, b.id, c.id]
 
 
 @pytest.mark.django_db

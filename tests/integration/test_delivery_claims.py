@@ -219,16 +219,21 @@ def claim_plan(cursor) -> str:
     generic plan, the one PL/pgSQL keeps, without costs (they are not what is compared)."""
     statement, settings = function_statement(cursor, "notification_claim_due_many")
     parameters = (("p_limit", "$1"), ("p_worker", "$2"), ("p_claim_timeout_s", "$3"))
-    for name, parameter in (*parameters, ("p_aging_s", "$4")):
+    parameters += (("p_aging_s", "$4"), ("p_held_clients", "$5"), ("p_held_counts", "$6"))
+    for name, parameter in parameters:
         statement = re.sub(rf"\b{name}\b", parameter, statement)
     for setting in settings:
         name, value = setting.split("=", 1)
         cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
     cursor.execute(
-        "PREPARE kept_claim (integer, text, double precision, double precision) AS " + statement
+        "PREPARE kept_claim (integer, text, double precision, double precision, uuid[], "
+        "integer[]) AS " + statement
     )
     try:
-        cursor.execute("EXPLAIN (COSTS OFF) EXECUTE kept_claim (100, 'w', 30, 300)")
+        cursor.execute(
+            "EXPLAIN (COSTS OFF) EXECUTE kept_claim (100, 'w', 30, 300, %s, %s)",
+            [[uuid.uuid4() for _ in range(8)], list(range(8))],
+        )
         return "\n".join(row[0] for row in cursor.fetchall())
     finally:
         cursor.execute("DEALLOCATE kept_claim")

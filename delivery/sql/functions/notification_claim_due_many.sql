@@ -1,11 +1,14 @@
 -- The claim: up to p_limit due rows in claim order, locked with SKIP LOCKED, marked PROCESSING
 -- under a fresh token, their attempts opened. Claim order: CRITICAL rows first, whoever's; then
--- clients take turns, the one served longest ago first (delivery_client_turn), each client's
--- own rows in priority order, a row moving up one level (never above HIGH) for each p_aging_s
--- it has waited past its due time (0: no aging). A function so that its plan is made once per
--- connection; the SET clauses keep that plan to the indexes. p_aging_s has a default so that a
--- worker of the previous release, still running while the migration lands, claims through it.
-CREATE OR REPLACE FUNCTION notification_claim_due_many(p_limit integer, p_worker text, p_claim_timeout_s double precision, p_aging_s double precision DEFAULT 0)
+-- clients take turns, the one served longest ago first (delivery_client_turn), a client's
+-- turns counted from the claims the calling worker already holds for it (p_held_clients,
+-- p_held_counts: running or waiting for a send slot), each client's own rows in priority
+-- order, a row moving up one level (never above HIGH) for each p_aging_s it has waited past
+-- its due time (0: no aging). A function so that its plan is made once per connection; the
+-- SET clauses keep that plan to the indexes. The last three parameters have defaults so that
+-- a worker of the previous release, still running while the migration lands, claims
+-- through it.
+CREATE OR REPLACE FUNCTION notification_claim_due_many(p_limit integer, p_worker text, p_claim_timeout_s double precision, p_aging_s double precision DEFAULT 0, p_held_clients uuid[] DEFAULT NULL::uuid[], p_held_counts integer[] DEFAULT NULL::integer[])
  RETURNS TABLE(id uuid, claim_token uuid, client_id uuid, channel notification_channel, recipient character varying, subject text, body text, metadata jsonb, priority notification_priority, attempt_count notification_count, max_attempts notification_count, user_id character varying, template character varying, payload jsonb, fallback_channels jsonb)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
@@ -37,8 +40,10 @@ BEGIN
     --            the time they reached it;
     -- ranked:    each client's rows in its own order, a merge of its pairs' heads (level, the
     --            time the row reached it, age), numbered within the tier: its turns;
-    -- due:       the claim: CRITICAL tier first, then turn by turn, and within a turn the
-    --            clients in the order they were last served.
+    -- due:       the claim: CRITICAL tier first, then turn by turn, a client's turns counted
+    --            from what the worker holds for it already (a client holding every send slot
+    --            waits until the others have as many), and within a turn the clients in the
+    --            order they were last served.
     -- The cost grows with the number of clients that have waiting rows, not with the rows.
     WITH RECURSIVE pairs AS (
         (SELECT q.priority, q.client_id FROM notification_queue AS q
@@ -125,11 +130,14 @@ BEGIN
     ), due AS (
         SELECT r.id, r.client_id,
                row_number() OVER (
-                   ORDER BY NOT r.critical, r.turn, t.served_claim NULLS FIRST,
-                            t.served_position NULLS FIRST, r.client_id
+                   ORDER BY NOT r.critical, r.turn + coalesce(h.held, 0),
+                            t.served_claim NULLS FIRST, t.served_position NULLS FIRST,
+                            r.client_id
                ) AS place
         FROM ranked AS r
         LEFT JOIN delivery_client_turn AS t ON t.client_id = r.client_id
+        LEFT JOIN unnest(p_held_clients, p_held_counts) AS h(client_id, held)
+               ON h.client_id = r.client_id
         -- A client's rows past its share are left out: its pairs were read only that far,
         -- so its own order is known only that far.
         WHERE r.turn <= r.share
