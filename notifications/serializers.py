@@ -252,7 +252,11 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     )
     priority = PriorityField(
         required=False,
-        help_text="Case-insensitive on input. CRITICAL needs your client's permission.",
+        help_text="Case-insensitive on input. Orders your own notifications: CRITICAL goes "
+        "before everyone's (it needs your client's permission); the others never pass another "
+        "client's, because clients with something due take turns. A NORMAL or LOW "
+        "notification that has waited past its due time moves up one level per "
+        "NOTIFYQUEUE_PRIORITY_AGING_SECONDS (never above HIGH).",
     )
     send_at = OffsetDateTimeField(
         required=False,

@@ -115,6 +115,10 @@ def test_a_client_holding_the_workers_slots_waits_until_the_others_hold_as_many(
         served.append(got.client_id)
     assert served[:8] == [b.id, c.id] * 4
     assert served[8:] == [a.id, b.id, c.id]
+    # A larger claim is shared to a common level: a holds two more than b and c, so b and c
+    # take the claim of four between them (each read up to its share), and a nothing.
+    held = {a.id: 7, b.id: 5, c.id: 5}
+    assert sorted(owners(claim(4, held=held)), key=str) == sorted([b.id, b.id, c.id, c.id], key=str)
 
 
 @pytest.mark.django_db

@@ -33,8 +33,9 @@ BEGIN
     --            queue_pending_client (one probe per pair, however many rows each has);
     -- due_pairs: those with a due row; a client's CRITICAL pair is its CRITICAL tier, its
     --            other pairs its other tier;
-    -- shares:    what one client may take of the claim in each tier, ceil(limit / clients
-    --            with a due row in the tier);
+    -- shares:    what one client may take of the claim in each tier: ceil(limit / clients
+    --            with a due row in the tier), less what the worker already holds for it
+    --            beyond the others;
     -- locked:    each pair's due rows, at most its tier's share, locked with SKIP LOCKED;
     --            each pair's rows come by due time, so also by the level aging gives them and
     --            the time they reached it;
@@ -77,16 +78,26 @@ BEGIN
             LIMIT 1
         ) AS due_now
     ), shares AS (
-        SELECT ceil(p_limit::numeric / greatest(1, count(*) FILTER (WHERE t.critical)))::int
-                   AS critical,
-               ceil(p_limit::numeric / greatest(1, count(*) FILTER (WHERE NOT t.critical)))::int
-                   AS other
-        FROM (SELECT DISTINCT dp.client_id, dp.critical FROM due_pairs AS dp) AS t
+        -- Filled up to a common level: the claims the worker holds for a client count toward
+        -- it, so a client holding every send slot gets nothing while the others catch up.
+        -- With nothing held, ceil(limit / clients in the tier). The client holding least
+        -- always has a share, and the shares add up to at most limit + held + clients.
+        SELECT t.client_id, t.critical, t.held,
+               least(p_limit, greatest(0,
+                   ceil((p_limit + sum(t.held) OVER tier)::numeric / count(*) OVER tier)::int
+                   - t.held)) AS share
+        FROM (
+            SELECT c.client_id, c.critical, coalesce(h.held, 0) AS held
+            FROM (SELECT DISTINCT dp.client_id, dp.critical FROM due_pairs AS dp) AS c
+            LEFT JOIN unnest(p_held_clients, p_held_counts) AS h(client_id, held)
+                   ON h.client_id = c.client_id
+        ) AS t
+        WINDOW tier AS (PARTITION BY t.critical)
     ), locked AS (
         SELECT dp.client_id, dp.critical, head.id, head.priority, head.due_at, head.created_at,
-               CASE WHEN dp.critical THEN s.critical ELSE s.other END AS share
+               s.share, s.held
         FROM due_pairs AS dp
-        CROSS JOIN shares AS s
+        JOIN shares AS s ON s.client_id = dp.client_id AND s.critical = dp.critical
         CROSS JOIN LATERAL (
             -- The record is what is locked (found through the queue row, the snapshot's
             -- copy). A record changed meanwhile is locked in its new version, which the
@@ -100,7 +111,7 @@ BEGIN
                   BETWEEN (dp.priority, dp.client_id, '-infinity'::timestamptz)
                       AND (dp.priority, dp.client_id, notifyqueue_now())
             ORDER BY q.priority, q.client_id, q.due_at, q.created_at
-            LIMIT CASE WHEN dp.critical THEN s.critical ELSE s.other END
+            LIMIT s.share
             FOR UPDATE OF n SKIP LOCKED
         ) AS head
     ), ranked AS (
@@ -116,7 +127,7 @@ BEGIN
                             END,
                             l.due_at, l.created_at
                ) AS turn,
-               l.share
+               l.share, l.held
         FROM locked AS l
         CROSS JOIN LATERAL (
             SELECT CASE
@@ -130,14 +141,12 @@ BEGIN
     ), due AS (
         SELECT r.id, r.client_id,
                row_number() OVER (
-                   ORDER BY NOT r.critical, r.turn + coalesce(h.held, 0),
+                   ORDER BY NOT r.critical, r.turn + r.held,
                             t.served_claim NULLS FIRST, t.served_position NULLS FIRST,
                             r.client_id
                ) AS place
         FROM ranked AS r
         LEFT JOIN delivery_client_turn AS t ON t.client_id = r.client_id
-        LEFT JOIN unnest(p_held_clients, p_held_counts) AS h(client_id, held)
-               ON h.client_id = r.client_id
         -- A client's rows past its share are left out: its pairs were read only that far,
         -- so its own order is known only that far.
         WHERE r.turn <= r.share
