@@ -21,6 +21,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import re
 import secrets
 import shutil
@@ -1060,11 +1061,14 @@ def http_batch(
 
 
 class Provider:
-    """An HTTP provider on 127.0.0.1 (asyncio, keep-alive) that answers after `delay_s` and
-    records when it first saw each notification and how often it was called for it."""
+    """An HTTP provider on 127.0.0.1 (asyncio, keep-alive) that answers after `delay_s` (with
+    `jitter`, a time drawn evenly from delay_s * (1 +/- jitter)) and records when it first saw
+    each notification and how often it was called for it."""
 
-    def __init__(self, delay_s: float) -> None:
+    def __init__(self, delay_s: float, *, jitter: float = 0.0) -> None:
         self.delay_s = delay_s
+        self.jitter = jitter
+        self.random = random.Random(7)
         self.first_seen: dict[str, float] = {}
         self.calls: Counter[str] = Counter()
         self.port = free_port()
@@ -1113,7 +1117,8 @@ class Provider:
                 self.first_seen.setdefault(key, received)
                 self.calls[key] += 1
                 if self.delay_s:
-                    await asyncio.sleep(self.delay_s)
+                    spread = self.random.uniform(-self.jitter, self.jitter)
+                    await asyncio.sleep(self.delay_s * (1 + spread))
                 answer = json.dumps({"message_id": f"m-{key}"}).encode()
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -1268,7 +1273,8 @@ class Bench:
                 self.slow_provider(r)
             if "fairness" in c.sections:
                 self.fairness(r)
-                self.fairness_slow(r)
+                for jitter in (0.2, 0.0):
+                    self.fairness_slow(r, jitter=jitter)
                 self.fairness_high(r)
             if "webhooks" in c.sections:
                 for clients in (1, WEBHOOK_CLIENTS):
@@ -1635,18 +1641,26 @@ class Bench:
                 [like],
             ).rowcount
 
-    def fairness_slow(self, r: int) -> None:
+    def fairness_slow(self, r: int, *, jitter: float) -> None:
         """Claims sized to free send slots: one worker, concurrency 8, an HTTP provider that
-        answers after a second. One client floods `fairness_slow_flood` rows; once they fill
-        the slots (and the claims held ready for them), `fairness_slow_quiet` other clients
-        create 5 rows each. Timed until the quiet rows are SENT; the rest of the flood is then
-        cancelled (draining it would take minutes and measure nothing more)."""
+        answers after a second (with `jitter`, anywhere in 1 s * (1 +/- jitter), as a real one
+        varies; without, every call of a burst ends at the same instant, so the worker's
+        slots free in waves a second apart). One client floods `fairness_slow_flood` rows;
+        once they fill the slots (and the claims held ready for them),
+        `fairness_slow_quiet` other clients create 5 rows each, in one commit. Timed until
+        the quiet rows are SENT; the rest of the flood is then cancelled (draining it would
+        take minutes and measure nothing more)."""
         c = self.config
         flooder, *others = self.fairness_clients()
         quiet = others[: c.fairness_slow_quiet]
-        prefix = f"fslow{r}"
+        variant = f"jitter{round(jitter * 100)}" if jitter else "lockstep"
+        prefix = f"fslow{variant}{r}"
         quiet_rows = 5
-        with Provider(c.fairness_slow_delay) as provider:
+        low, high = c.fairness_slow_delay * (1 - jitter), c.fairness_slow_delay * (1 + jitter)
+        answering = (
+            f"after {low:g}-{high:g} s" if jitter else f"after exactly {c.fairness_slow_delay:g} s"
+        )
+        with Provider(c.fairness_slow_delay, jitter=jitter) as provider:
             processes = workers_start(
                 c, self.server, 1, until_empty=False, concurrency=8, **http_provider_env(provider)
             )
@@ -1654,7 +1668,7 @@ class Bench:
             log(
                 f"fairness, slow provider: client 1 creates {c.fairness_slow_flood} rows, then "
                 f"{len(quiet)} clients {quiet_rows} each, all NORMAL; 1 worker, concurrency 8, "
-                f"provider answering after {c.fairness_slow_delay:g} s"
+                f"provider answering {answering}"
             )
             flooder.create(f"{prefix}-flood", c.fairness_slow_flood)
             time.sleep(3)  # the flood holds every slot and every claim held ready
@@ -1671,7 +1685,7 @@ class Bench:
             self.provider_check(prefix, provider)
         self.rows_cancel(f"{prefix}-flood-%")
         if any(sent is None for _, _, sent in waits):
-            self.problems.append(f"fairness, slow provider, run {r}: quiet rows not all SENT")
+            self.problems.append(f"fairness, slow provider, {prefix}: quiet rows not all SENT")
             return
         flood_sent = [
             sent for _, _, sent in self.run_times(f"{prefix}-flood-%") if sent is not None
@@ -1685,25 +1699,27 @@ class Bench:
         name = f"{len(quiet)} quiet clients' rows ({quiet_rows} each)"
         note = (
             f"fairness on a slow provider: one worker (concurrency 8) and an HTTP provider "
-            f"answering after {c.fairness_slow_delay:g} s, so nearly every claim is of one row; "
+            f"answering {answering}, so nearly every claim is of one row; "
             f"one client's {c.fairness_slow_flood} NORMAL rows fill the slots, then "
             f"{len(quiet)} other clients create {quiet_rows} each. Target: every quiet row "
             "SENT within 3 s of its create"
         )
         for stat, pick in (("p50", lambda v: percentile(v, 50)), ("max", max)):
             self.figure(
-                f"fair-slow-{stat}",
-                f"fairness, slow provider: {name}, created → SENT, {stat}",
+                f"fair-slow-{variant}-{stat}",
+                f"fairness, slow provider answering {answering}: {name}, created → SENT, {stat}",
                 "ms (lower is better)",
                 note=note if stat == "p50" else "",
             ).ours.append(pick(quiet_waits))
-        self.figure(
-            "fair-slow-fifo",
-            "fairness, slow provider: the last quiet row, if claimed oldest-first (model)",
-            "ms",
-        ).ours.append(1000 * fifo_s)
+        if not jitter:
+            self.figure(
+                "fair-slow-fifo",
+                "fairness, slow provider: the last quiet row, if claimed oldest-first (model)",
+                "ms",
+            ).ours.append(1000 * fifo_s)
         log(
-            f"fairness, slow provider: quiet p50 {percentile(quiet_waits, 50):,.0f} ms, max "
+            f"fairness, slow provider {answering}: quiet p50 "
+            f"{percentile(quiet_waits, 50):,.0f} ms, max "
             f"{max(quiet_waits):,.0f} ms (target 3,000); oldest-first would send the last "
             f"after about {fifo_s:,.0f} s"
         )

@@ -15,7 +15,7 @@
 -- %(aging_s)s seconds it has waited past its due time (0: it never moves). So neither one
 -- client's backlog nor its priorities hold another client's rows behind it. No client takes
 -- more than its share of one claim, ceil(limit / clients with a due row), while others wait.
--- A client's turns count from the claims this worker already holds for it
+-- A client's turns and share count the claims this worker already holds for it
 -- (%(held_clients)s, %(held_counts)s: running or waiting for a send slot), so a client that
 -- holds every slot waits until the others hold as many.
 --

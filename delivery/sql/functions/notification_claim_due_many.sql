@@ -33,10 +33,10 @@ BEGIN
     --            queue_pending_client (one probe per pair, however many rows each has);
     -- due_pairs: those with a due row; a client's CRITICAL pair is its CRITICAL tier, its
     --            other pairs its other tier;
-    -- shares:    what one client may take of the claim in each tier: ceil(limit / clients
-    --            with a due row in the tier), less what the worker already holds for it
-    --            beyond the others;
-    -- locked:    each pair's due rows, at most its tier's share, locked with SKIP LOCKED;
+    -- shares:    what one client may take of the claim in its tier: ceil(limit / clients
+    --            with a due row in the tier) when the worker holds nothing for them, else
+    --            each client topped up to a common level, its held claims counted;
+    -- locked:    each pair's due rows, at most its client's share, locked with SKIP LOCKED;
     --            each pair's rows come by due time, so also by the level aging gives them and
     --            the time they reached it;
     -- ranked:    each client's rows in its own order, a merge of its pairs' heads (level, the
@@ -45,7 +45,8 @@ BEGIN
     --            from what the worker holds for it already (a client holding every send slot
     --            waits until the others have as many), and within a turn the clients in the
     --            order they were last served.
-    -- The cost grows with the number of clients that have waiting rows, not with the rows.
+    -- The cost grows with the number of clients that have waiting rows (and the claims the
+    -- worker holds), not with the rows.
     WITH RECURSIVE pairs AS (
         (SELECT q.priority, q.client_id FROM notification_queue AS q
          WHERE q.status = 'PENDING'
