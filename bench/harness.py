@@ -1878,12 +1878,15 @@ class Bench:
         high = [(made, sent) for key, made, sent in times if "-high" in key]
         low_waits = [1000 * (sent - made) for made, sent in low]
         high_waits = [1000 * (sent - made) for made, sent in high]
-        # Each LOW row against the HIGH rows created within 100 ms of the moment it became
-        # HIGH (two periods past its due time): how much later it was sent than they were.
+        # Each LOW row still waiting when it became HIGH (two periods past its due time)
+        # against the HIGH rows created within 100 ms of that moment: how much later it was
+        # sent than they were.
         behind = []
         if period:
             for made, sent in low:
                 promoted = made + 2 * period
+                if sent < promoted:
+                    continue
                 peers = [s for m, s in high if promoted <= m <= promoted + 0.1]
                 if peers:
                     behind.append(1000 * (sent - statistics.median(peers)))
