@@ -18,9 +18,11 @@ loop instead (`BatchProvider`).
 A worker holds at most `concurrency` calls in flight and half as many claims again waiting,
 ready, for a send thread (none with `--concurrency 1`): when a slow provider answers, its
 thread starts the next waiting call at once, without waiting for the loop's next claim. The
-waiting claims go highest priority first, so a CRITICAL claimed now passes them; one that
-could no longer be answered before its claim expires is given back unsent, and so is every
-waiting claim when the worker stops.
+waiting claims go CRITICAL first, so a CRITICAL claimed now passes them, then those of the
+client with the fewest calls running; one that could no longer be answered before its claim
+expires is given back unsent, and so is every waiting claim when the worker stops. Each claim
+tells the database what the worker holds per client (`Sends.held`), so a client's turns are
+counted from there.
 Every decision about time is the database's (see notifyqueue_now()); the worker's own clock
 only measures how long it has held a claim (time.monotonic()).
 
