@@ -51,16 +51,22 @@ def test_a_prune_the_database_refused_stays_due():
 
 
 def test_the_reclaimer_returns_how_many_claims_came_back_and_logs_each(caplog):
-    rows = [Reclaimed(uuid.uuid4(), "PENDING"), Reclaimed(uuid.uuid4(), "DEAD_LETTERED")]
+    rows = [
+        Reclaimed(uuid.uuid4(), "PENDING", "dead_worker"),
+        Reclaimed(uuid.uuid4(), "DEAD_LETTERED", "claim_timeout"),
+    ]
 
     class Queue:
-        def notification_reclaim_expired(self):
+        def notification_reclaim_expired(self, *, dead_after_s):
+            assert dead_after_s == 30
             return rows
 
     caplog.set_level("WARNING", logger="notifyqueue.delivery")
-    assert ClaimReclaimer(repository=Queue(), worker_id="w-1").run_once() == 2
+    reclaimer = ClaimReclaimer(repository=Queue(), worker_id="w-1", dead_after_s=30)
+    assert reclaimer.run_once() == 2
     logged = [r.getMessage() for r in caplog.records]
     assert logged == [
-        f"claim expired notification={rows[0].id} status=PENDING worker=w-1",
-        f"claim expired notification={rows[1].id} status=DEAD_LETTERED worker=w-1",
+        f"claim taken back notification={rows[0].id} cause=dead_worker status=PENDING worker=w-1",
+        f"claim taken back notification={rows[1].id} cause=claim_timeout status=DEAD_LETTERED "
+        "worker=w-1",
     ]
