@@ -316,11 +316,13 @@ class NotificationQueue(models.Model):
             ),
             # The claims in flight by worker: the takeover of a dead worker's claims walks the
             # workers holding claims and reads only the dead ones' (delivery/sql/queries.sql,
-            # notification_reclaim_expired).
+            # notification_reclaim_expired). `claimed_by IS NOT NULL` (always true of a
+            # claim) keeps it out of the plans of the other reads of PROCESSING rows, which
+            # queue_claim_expiry serves.
             models.Index(
                 fields=["claimed_by"],
                 name="queue_claimed_by",
-                condition=Q(status=Status.PROCESSING),
+                condition=Q(status=Status.PROCESSING, claimed_by__isnull=False),
             ),
             # A client's listing by status, newest first, and its backlog count (PENDING).
             # This index and the next leave PROCESSING rows out: a claim (PENDING to

@@ -163,11 +163,13 @@ class WebhookQueueEntry(models.Model):
                 condition=Q(state=DeliveryState.PENDING),
             ),
             # The events in flight by worker: the takeover of a dead worker's claims
-            # (webhooks/sql/webhook_events.sql, webhook_event_reclaim_expired).
+            # (webhooks/sql/webhook_events.sql, webhook_event_reclaim_expired). Only claims
+            # that name a worker, which also keeps it out of the plan of the claim's count
+            # of a client's events in flight (webhook_queue_client_busy's).
             models.Index(
                 fields=["claimed_by"],
                 name="webhook_queue_claimed_by",
-                condition=Q(state=DeliveryState.DELIVERING),
+                condition=Q(state=DeliveryState.DELIVERING, claimed_by__isnull=False),
             ),
             # Each client's events in flight, counted against its share of the senders.
             models.Index(

@@ -98,7 +98,8 @@ SELECT id, status, channel, client_id, recipient, false AS freed_slot FROM ended
 -- that lost the claim changes nothing afterwards: every finish names the claim token.
 WITH RECURSIVE holders AS (
     (SELECT q.claimed_by FROM notification_queue AS q
-     WHERE q.status = 'PROCESSING' AND %(dead_after_s)s::float8 IS NOT NULL
+     WHERE q.status = 'PROCESSING' AND q.claimed_by IS NOT NULL
+       AND %(dead_after_s)s::float8 IS NOT NULL
      ORDER BY q.claimed_by
      LIMIT 1)
     UNION ALL

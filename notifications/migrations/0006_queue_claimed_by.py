@@ -35,7 +35,7 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name="notificationqueue",
             index=models.Index(
-                condition=models.Q(("status", "PROCESSING")),
+                condition=models.Q(("claimed_by__isnull", False), ("status", "PROCESSING")),
                 fields=["claimed_by"],
                 name="queue_claimed_by",
             ),

@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name="webhookqueueentry",
             index=models.Index(
-                condition=models.Q(("state", "DELIVERING")),
+                condition=models.Q(("claimed_by__isnull", False), ("state", "DELIVERING")),
                 fields=["claimed_by"],
                 name="webhook_queue_claimed_by",
             ),

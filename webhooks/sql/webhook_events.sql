@@ -166,7 +166,8 @@ SELECT id FROM finished;
 -- its sender finished meanwhile is gone.
 WITH RECURSIVE holders AS (
     (SELECT q.claimed_by FROM webhook_queue AS q
-     WHERE q.state = 'DELIVERING' AND %(dead_after_s)s::float8 IS NOT NULL
+     WHERE q.state = 'DELIVERING' AND q.claimed_by IS NOT NULL
+       AND %(dead_after_s)s::float8 IS NOT NULL
      ORDER BY q.claimed_by
      LIMIT 1)
     UNION ALL
