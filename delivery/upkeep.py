@@ -80,11 +80,14 @@ class Heartbeat:
         worker_id: str,
         interval_s: float,
         dead_after_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.repository = repository
         self.worker_id = worker_id
         self.interval_s = interval_s
         self.dead_after_s = dead_after_s
+        # The worker's own clock (time.monotonic()): only measures how long since a beat.
+        self.clock = clock
         # Set when a beat finds the worker's wake-up mark cleared while the loop wants it (it
         # was taken for dead): the loop marks itself again (Worker._maintain).
         self.mark_lost = threading.Event()
@@ -102,7 +105,7 @@ class Heartbeat:
         for WAITING_STALE_HEARTBEATS heartbeats (at least WAITING_STALE_MIN_S): a worker
         killed outright leaves its mark behind, and the creates would notify for it for
         ever. Returns how many marks were cleared."""
-        started = time.monotonic()
+        started = self.clock()
         marked = self.repository.worker_heartbeat(
             worker=self.worker_id,
             hostname=socket.gethostname(),
@@ -131,7 +134,7 @@ class Heartbeat:
     def alive(self) -> bool:
         """Whether the database surely still takes the worker for alive: claim only then."""
         with self._lock:
-            return time.monotonic() < self._alive_until
+            return self.clock() < self._alive_until
 
     def holds(self, claimed_at: float) -> bool:
         """Whether a claim made at `claimed_at` (time.monotonic(), taken before the claim
@@ -140,7 +143,7 @@ class Heartbeat:
         (SIGSTOP) or cut off from the database past that point sends none of the claims it
         made before: another may have taken them over and sent them."""
         with self._lock:
-            return time.monotonic() < self._alive_until and claimed_at >= self._alive_since
+            return self.clock() < self._alive_until and claimed_at >= self._alive_since
 
     def start(self, *, state: Callable[[], tuple[int, bool]]) -> None:
         """Beats once on the calling thread (raising what the database raises), then every
