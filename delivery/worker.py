@@ -425,6 +425,7 @@ class Worker:
             )
         finally:
             self.heartbeat.stop()
+            self._beating = False  # a later run() beats again
             self._sends.close()
             self.queue_vacuum.join(timeout=30)
 
