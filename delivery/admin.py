@@ -91,6 +91,7 @@ class WorkerHeartbeatAdmin(ReadOnlyAdmin):
 
     @admin.display(boolean=True, description="alive")
     def alive(self, heartbeat: WorkerHeartbeat) -> bool:
-        """Seen within the heartbeat window that /status uses, and not stopped."""
+        """Not stopped, and seen within NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS: the window past
+        which its claims are taken over and /status counts it dead."""
         window = timedelta(seconds=worker_live_window_s())
         return heartbeat.stopped_at is None and heartbeat.last_seen_at >= timezone.now() - window

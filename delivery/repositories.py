@@ -4,7 +4,8 @@ and retention's, the only code that runs `delivery/sql/retention.sql`.
 Invariants protected here:
 - a row is claimed by at most one worker at a time (FOR UPDATE SKIP LOCKED, then PROCESSING
   under a fresh claim token), and no lock is held after the claim statement commits;
-- a result is applied only by the holder of the current claim token (guarded UPDATE);
+- a result is applied only by the holder of the current claim token (guarded UPDATE), so a
+  worker whose claim was taken over (it was dead, or the claim expired) changes nothing;
 - an attempt is counted when claimed, so a row that kills its worker still runs out of attempts;
 - every time (due, claim expiry, attempt start and end) is the database's clock,
   notifyqueue_now(), never the worker's;
@@ -145,6 +146,8 @@ class Held(Finished):
 class Reclaimed:
     id: uuid.UUID
     status: str
+    # Why the claim was taken: `dead_worker` or `claim_timeout`.
+    cause: str
 
 
 @dataclass(frozen=True)
@@ -283,23 +286,32 @@ class DeliveryRepository:
             ],
         )
 
-    def notification_reclaim_expired(self, *, limit: int = 1000) -> list[Reclaimed]:
-        return SQL.rows("notification_reclaim_expired", row=Reclaimed, limit=limit)
+    def notification_reclaim_expired(
+        self, *, dead_after_s: float | None = None, limit: int = 1000
+    ) -> list[Reclaimed]:
+        """Takes back the claims of dead workers (no heartbeat for `dead_after_s` by the
+        database's clock; None: not looked for) and the claims past their expiry, whoever
+        holds them; their rows go back to PENDING, due now."""
+        return SQL.rows(
+            "notification_reclaim_expired",
+            row=Reclaimed,
+            dead_after_s=dead_after_s,
+            limit=limit,
+        )
 
     def notification_next_due_in(self) -> float | None:
         """Seconds until the next waiting row is due by the database's clock (<= 0: now)."""
         return SQL.scalar("notification_next_due_in")
 
-    def worker_heartbeat(
-        self, *, worker: str, hostname: str, pid: int, delivered: int, waiting: bool = False
-    ) -> None:
-        SQL.execute(
+    def worker_heartbeat(self, *, worker: str, hostname: str, pid: int, delivered: int) -> bool:
+        """Writes the worker's row, seen now by the database's clock; returns whether its
+        wake-up mark is set."""
+        return SQL.scalar(
             "worker_heartbeat_upsert",
             worker=worker,
             hostname=hostname,
             pid=pid,
             delivered=delivered,
-            waiting=waiting,
         )
 
     def statistics_refresh(

@@ -16,6 +16,7 @@ import time
 import traceback
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -91,6 +92,8 @@ class _Call:
     started: float
     # time.monotonic() after which the call must not start (its claim could expire first).
     start_by: float
+    # time.monotonic() before the claim statement that made the claim (see `holds`).
+    claimed_at: float
 
 
 class Sends:
@@ -101,9 +104,10 @@ class Sends:
     A call that ends starts the next waiting one from its own thread (the future's done
     callback), so a slow provider's slots refill without waiting for the loop's next claim
     statement; the loop keeps the waiting claims topped up. A waiting claim that could no
-    longer be sent before its claim expires is not started: `withdrawn` hands it back to the
-    loop, which releases it (attempt returned), as it does every waiting claim when the
-    worker stops. `collect` hands back the answers that are in; each answer sets `wake`.
+    longer be sent before its claim expires, or that another worker may have taken over (the
+    worker's heartbeat lapsed since it was claimed), is not started: `withdrawn` hands it
+    back to the loop, which releases it (attempt returned), as it does every waiting claim
+    when the worker stops. `collect` hands back the answers that are in; each answer sets `wake`.
     """
 
     def __init__(
@@ -113,12 +117,16 @@ class Sends:
         *,
         waiting: int = 0,
         stopping: threading.Event | None = None,
+        holds: Callable[[float], bool] | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.waiting = waiting
         self._wake = wake
         # Once set, an ending call starts no waiting one: they are withdrawn (see withdrawn).
         self._stopping = stopping or threading.Event()
+        # Whether a claim made at a time (its `claimed_at`) is surely still the worker's
+        # (delivery.upkeep.Heartbeat.holds); one that may have been taken over is withdrawn.
+        self._holds = holds or (lambda claimed_at: True)
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="send")
         self._done: queue.SimpleQueue[Sent] = queue.SimpleQueue()
         self._running: dict[Future[ProviderResult], _Call] = {}
@@ -156,10 +164,11 @@ class Sends:
         started: float,
         *,
         start_by: float = float("inf"),
+        claimed_at: float = float("-inf"),
     ) -> None:
         """Starts the call, or queues it when every thread is busy (at most `waiting` are
         meant to be: the loop submits at most `free`)."""
-        call = _Call(provider, claim, admission, started, start_by)
+        call = _Call(provider, claim, admission, started, start_by, claimed_at)
         with self._lock:
             if len(self._running) >= self.concurrency:
                 tier = int(claim.priority != Priority.CRITICAL)
@@ -229,7 +238,7 @@ class Sends:
             now = time.monotonic()
             while self._queued and following is None and not self._stopping.is_set():
                 waiting = self._following()
-                if now < waiting.start_by:
+                if now < waiting.start_by and self._holds(waiting.claimed_at):
                     following = self._start(waiting)
                 else:
                     self._withdrawn.append(waiting.claim)

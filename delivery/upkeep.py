@@ -2,29 +2,36 @@
 does it once and returns what it did. The worker's loop (delivery/worker.py) calls each on
 its own interval; nothing here decides when.
 
-- `Heartbeat`: the worker's row, and the wake-up marks of workers not seen for a while;
-- `ClaimReclaimer`: claims that expired (their worker died or stalled) back to the queue;
+- `Heartbeat`: the worker's evidence of life, its row, written from a thread of its own; and
+  the wake-up marks of workers not seen for a while;
+- `ClaimReclaimer`: the claims of dead workers, and claims past their timeout, back to the
+  queue;
 - `WindowPruner`: rate-window rows that left every window, a bounded statement at a time;
 - `StatisticsRefresher`: ANALYZE of a hot table whose statistics fell behind;
 - `QueueVacuumer`: VACUUM of a queue table a drain left full of dead rows.
 
 Invariants: every decision about time is the database's (the statements read
 notifyqueue_now()); the refresher and the vacuumer are only optimisations, so their errors are
-logged and never stop the worker; the vacuum runs on a thread with a connection of its own,
-one such thread a worker.
+logged and never stop the worker; the heartbeat and the vacuum run on threads with
+connections of their own, one of each a worker; a worker sends no claim it may have lost
+(`Heartbeat.holds`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 
 from django.db import DatabaseError, connection
 
 from delivery.repositories import DeliveryRepository, QueueRows
+from monitoring import metrics
 from ratelimits.repositories import RateLimitRepository
 
 log = logging.getLogger("notifyqueue.delivery")
@@ -52,48 +59,162 @@ QUEUE_VACUUM_RETRY_S = 60.0
 # mark is cleared (see Heartbeat).
 WAITING_STALE_HEARTBEATS = 3
 WAITING_STALE_MIN_S = 60.0
+# A beat that failed (a lost connection, a restarted server) is tried again this soon, on a
+# new connection, rather than a whole heartbeat later.
+HEARTBEAT_RETRY_S = 0.5
 
 
 class Heartbeat:
-    def __init__(self, *, repository: DeliveryRepository, worker_id: str, interval_s: float):
+    """The worker's evidence of life: its worker_heartbeat row, seen now by the database's
+    clock, written every `interval_s` by a thread with a database connection of its own
+    (`start`), so a slow step of the loop never makes a live worker look dead. Another worker
+    takes over the claims of one whose row is older than `dead_after_s` (worker_dead,
+    notification_reclaim_expired), so the worker holds a claim only while its beats keep
+    arriving: `holds(claimed_at)` says whether a claim made at that time (time.monotonic()) is
+    surely still its own, and a claim that is not is never sent (see `holds`)."""
+
+    def __init__(
+        self,
+        *,
+        repository: DeliveryRepository,
+        worker_id: str,
+        interval_s: float,
+        dead_after_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.repository = repository
         self.worker_id = worker_id
         self.interval_s = interval_s
+        self.dead_after_s = dead_after_s
+        # The worker's own clock (time.monotonic()): only measures how long since a beat.
+        self.clock = clock
+        # Set when a beat finds the worker's wake-up mark cleared while the loop wants it (it
+        # was taken for dead): the loop marks itself again (Worker._maintain).
+        self.mark_lost = threading.Event()
+        self._lock = threading.Lock()
+        # Until the first beat nothing vouches for the worker, and nothing takes its claims
+        # for want of one: every claim is its own.
+        self._alive_until = math.inf
+        self._alive_since = -math.inf
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def run_once(self, *, delivered: int, waiting: bool) -> int:
-        """Writes the worker's row (with its wake-up mark, `waiting`), and clears the marks of
-        workers not seen for WAITING_STALE_HEARTBEATS heartbeats (at least
-        WAITING_STALE_MIN_S): a worker killed outright leaves its mark behind, and the creates
-        would notify for it for ever. A live worker taken for dead (stalled that long)
-        restates its mark at its next heartbeat; until then its poll finds new rows. Returns
-        how many marks were cleared."""
-        self.repository.worker_heartbeat(
+        """One beat: writes the worker's row, notes whether its wake-up mark was lost (the
+        loop wants it, `waiting`, and it is gone), and clears the marks of workers not seen
+        for WAITING_STALE_HEARTBEATS heartbeats (at least WAITING_STALE_MIN_S): a worker
+        killed outright leaves its mark behind, and the creates would notify for it for
+        ever. Returns how many marks were cleared."""
+        started = self.clock()
+        marked = self.repository.worker_heartbeat(
             worker=self.worker_id,
             hostname=socket.gethostname(),
             pid=os.getpid(),
             delivered=delivered,
-            waiting=waiting,
         )
+        self._seen(started)
+        if waiting and not marked:
+            self.mark_lost.set()
         return self.repository.worker_waiting_clear_stale(
             seconds=max(WAITING_STALE_HEARTBEATS * self.interval_s, WAITING_STALE_MIN_S)
         )
 
+    def _seen(self, started: float) -> None:
+        """A beat sent at `started` was written: the database takes the worker for alive
+        until `dead_after_s` after it, and the worker trusts its claims until a heartbeat
+        interval before that. A beat after that moment ends a lapse: every claim made before
+        it may have been taken over meanwhile."""
+        if self.dead_after_s is None:
+            return
+        with self._lock:
+            if started >= self._alive_until:
+                self._alive_since = started
+            self._alive_until = started + self.dead_after_s - self.interval_s
+
+    def alive(self) -> bool:
+        """Whether the database surely still takes the worker for alive: claim only then."""
+        with self._lock:
+            return self.clock() < self._alive_until
+
+    def holds(self, claimed_at: float) -> bool:
+        """Whether a claim made at `claimed_at` (time.monotonic(), taken before the claim
+        statement) is surely still this worker's: its beats have kept arriving since, close
+        enough together that no other worker can have taken it for dead. A worker frozen
+        (SIGSTOP) or cut off from the database past that point sends none of the claims it
+        made before: another may have taken them over and sent them."""
+        with self._lock:
+            return self.clock() < self._alive_until and claimed_at >= self._alive_since
+
+    def start(self, *, state: Callable[[], tuple[int, bool]]) -> None:
+        """Beats once on the calling thread (raising what the database raises), then every
+        `interval_s` on a thread of its own; `state()` gives each beat the worker's delivered
+        count and whether its loop wants its wake-up mark."""
+        delivered, waiting = state()
+        self.run_once(delivered=delivered, waiting=waiting)
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._beat, args=(state,), name="heartbeat", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, *, timeout: float = 10.0) -> None:
+        """Ends the beats (the worker is about to write that it stopped)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+            self._thread = None
+
+    def _beat(self, state: Callable[[], tuple[int, bool]]) -> None:
+        next_at = time.monotonic() + self.interval_s
+        try:
+            while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+                next_at = time.monotonic() + self.interval_s
+                try:
+                    delivered, waiting = state()
+                    self.run_once(delivered=delivered, waiting=waiting)
+                except Exception:
+                    # Never fatal: a thread that died would leave a live worker looking dead.
+                    # A lost connection is opened again at the next try, soon.
+                    log.exception(
+                        "heartbeat failed worker=%s; retrying in %.1fs",
+                        self.worker_id,
+                        min(self.interval_s, HEARTBEAT_RETRY_S),
+                    )
+                    connection.close()
+                    next_at = time.monotonic() + min(self.interval_s, HEARTBEAT_RETRY_S)
+        finally:
+            connection.close()  # this thread's own
+
 
 class ClaimReclaimer:
-    def __init__(self, *, repository: DeliveryRepository, worker_id: str) -> None:
+    def __init__(
+        self,
+        *,
+        repository: DeliveryRepository,
+        worker_id: str,
+        dead_after_s: float | None = None,
+    ) -> None:
         self.repository = repository
         self.worker_id = worker_id
+        self.dead_after_s = dead_after_s
 
     def run_once(self) -> int:
-        """Returns expired claims of dead or stalled workers to the queue; how many."""
-        reclaimed = self.repository.notification_reclaim_expired()
+        """Takes back the claims of dead workers (no heartbeat for `dead_after_s`, by the
+        database's clock) and the claims past their claim timeout; their rows go back to the
+        queue. Returns how many; counts them by cause."""
+        reclaimed = self.repository.notification_reclaim_expired(dead_after_s=self.dead_after_s)
+        causes: Counter[str] = Counter()
         for row in reclaimed:
+            causes[row.cause] += 1
             log.warning(
-                "claim expired notification=%s status=%s worker=%s",
+                "claim taken back notification=%s cause=%s status=%s worker=%s",
                 row.id,
+                row.cause,
                 row.status,
                 self.worker_id,
             )
+        for cause, count in causes.items():
+            metrics.claim_rescued(kind="notification", cause=cause, count=count)
         return len(reclaimed)
 
 

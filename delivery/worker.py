@@ -6,10 +6,13 @@ send-time checks for the whole claim (delivery/send_checks.py: preferences, then
 limit in one statement, then the circuit), start the sends, and record every result of the
 step in one statement (after the step's circuit refusals, held without using an attempt, in
 one more). `Worker.run()` wraps it in a loop with LISTEN/NOTIFY wake-ups
-(delivery/wakeup.py) that calls the database upkeep (delivery/upkeep.py: heartbeat, reclaim of
-expired claims, rate-window prune, statistics, queue vacuum) on their intervals.
+(delivery/wakeup.py) that calls the database upkeep (delivery/upkeep.py: takeover of dead
+workers' and expired claims, rate-window prune, statistics, queue vacuum) on their intervals.
 
-All database work happens on the loop's thread, on one connection. Provider calls run on
+All database work but the heartbeat happens on the loop's thread, on one connection; the
+heartbeat has a thread and a connection of its own (delivery/upkeep.py), so a slow step never
+makes a live worker look dead, and the worker sends no claim it may have lost to another
+while its beats lapsed (`Heartbeat.holds`). Provider calls run on
 `concurrency` threads that never touch the database (delivery/sending.py), so no lock and no
 connection is held while a provider answers. A provider whose sending is a write to our own
 database (the simulated provider, the in-app inbox) takes the whole claim in one call on the
@@ -99,6 +102,10 @@ class WorkerConfig:
     send_timeout_s: float = 0.0
     poll_interval_s: float = 1.0
     heartbeat_s: float = 5.0
+    # NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS: a worker whose heartbeat is older is dead, and
+    # its claims are taken over (delivery/upkeep.py). None: no worker is judged by its
+    # heartbeat (only claim timeouts hand claims over), as in tests of other behaviour.
+    dead_after_s: float | None = None
     # None switches the per-recipient limit off (tests of other behaviour use this).
     rate_limit: RateLimit | None = None
     # None switches the per-provider circuit breakers off (likewise).
@@ -137,9 +144,16 @@ class Worker:
         self.delivered = 0
         # The database upkeep (delivery/upkeep.py), each called by `_maintain` on its interval.
         self.heartbeat = Heartbeat(
-            repository=self.repository, worker_id=self.worker_id, interval_s=config.heartbeat_s
+            repository=self.repository,
+            worker_id=self.worker_id,
+            interval_s=config.heartbeat_s,
+            dead_after_s=config.dead_after_s,
         )
-        self.reclaimer = ClaimReclaimer(repository=self.repository, worker_id=self.worker_id)
+        self.reclaimer = ClaimReclaimer(
+            repository=self.repository,
+            worker_id=self.worker_id,
+            dead_after_s=config.dead_after_s,
+        )
         self.window_pruner = (
             WindowPruner(
                 repository=self.rate_limits,
@@ -175,6 +189,8 @@ class Worker:
         self._next_statistics_check = 0.0
         # Each circuit has its row before the first claim (see _maintain).
         self._circuits_registered = False
+        # The heartbeat's thread runs from the loop's first turn until it stops (_maintain).
+        self._beating = False
         self._stopping = threading.Event()
         # Set by a provider's answer, a NOTIFY and stop(): whatever the idle loop waits for.
         self._wake = threading.Event()
@@ -200,6 +216,7 @@ class Worker:
             self._wake,
             waiting=config.concurrency // 2,
             stopping=self._stopping,
+            holds=self.heartbeat.holds,
         )
         # The channels whose provider takes a whole claim at once, found once: an isinstance
         # check against a runtime-checkable Protocol walks its attributes (~5 µs a claim).
@@ -227,7 +244,9 @@ class Worker:
             if self._all_batch
             else min(self.config.batch_size, self._sends.free)
         )
-        if claim and not self._stopping.is_set() and free > 0:
+        # A worker whose heartbeat may have lapsed claims nothing: others may be taking its
+        # claims over, and it would only give back what it took (see Heartbeat.holds).
+        if claim and not self._stopping.is_set() and free > 0 and self.heartbeat.alive():
             claimed_at = time.monotonic()
             claims = self.repository.notification_claim_due(
                 worker=self.worker_id,
@@ -238,7 +257,7 @@ class Worker:
             )
             if claims:
                 start_by = claimed_at + self.config.claim_timeout_s - self.config.send_timeout_s
-                self._start(claims, start_by=start_by)
+                self._start(claims, start_by=start_by, claimed_at=claimed_at)
             claimed = len(claims)
             self._dry = claimed < free
             if not self._dry and not self._claims_full:
@@ -252,8 +271,8 @@ class Worker:
         return StepResult(claimed=claimed, finished=finished, in_flight=self._sends.outstanding)
 
     def _reclaim(self) -> int:
-        """Returns expired claims of dead or stalled workers to the queue, then prunes the
-        rate windows; how many claims came back."""
+        """Takes back the claims of dead workers and the claims past their timeout, then
+        prunes the rate windows; how many claims came back."""
         reclaimed = self.reclaimer.run_once()
         if self.window_pruner:
             self.window_pruner.run_once()
@@ -340,19 +359,27 @@ class Worker:
         return True
 
     def _maintain(self, now: float) -> None:
-        """What is due at `now` (time.monotonic()): first of all the circuits' rows (until
-        written: a worker whose connection drops as it starts retries, as any turn of the
-        loop does, rather than exiting); the heartbeat and the reclaim of expired claims
-        every heartbeat_s; a prune of the rate windows per `prune_batch` deliveries admitted;
-        the hot tables' statistics every STATISTICS_CHECK_S, so a busy
-        worker refreshes them within a second of a burst, and at once when a burst begins
-        (see run_once), and at the same checks, once a drain is over (nothing was due at the
-        last claim), the queue's dead rows."""
+        """What is due at `now` (time.monotonic()): first of all the circuits' rows and the
+        first heartbeat, which starts the heartbeat's own thread (until written: a worker
+        whose connection drops as it starts retries, as any turn of the loop does, rather
+        than exiting); its wake-up mark again if a beat found it cleared; the takeover of
+        dead workers' and expired claims every heartbeat_s; a prune of the rate windows per
+        `prune_batch` deliveries admitted; the hot tables' statistics every
+        STATISTICS_CHECK_S, so a busy worker refreshes them within a second of a burst, and at
+        once when a burst begins (see run_once), and at the same checks, once a drain is over
+        (nothing was due at the last claim), the queue's dead rows."""
         if not self._circuits_registered:
             circuits_register(list(self.circuits.values()))
             self._circuits_registered = True
+        if not self._beating:
+            self.heartbeat.start(state=lambda: (self.delivered, self._waiting))
+            self._beating = True
+        if self.heartbeat.mark_lost.is_set():
+            # Taken for dead while it slept (or stalled): creates no longer notify for it.
+            self.heartbeat.mark_lost.clear()
+            if self._waiting:
+                self._waiting_mark()
         if now >= self._next_maintenance:
-            self.heartbeat.run_once(delivered=self.delivered, waiting=self._waiting)
             if self._reclaim():
                 self._dry = False
             self._next_maintenance = now + self.config.heartbeat_s
@@ -390,23 +417,28 @@ class Worker:
                 for sent in self._sends.collect(wait_s=0.1):
                     self._finishes.append(self._settle(sent))
                 self._record()
+            # The beats end before the row says stopped: a later beat would undo it.
+            self.heartbeat.stop()
             self.repository.worker_stopped(worker=self.worker_id, delivered=self.delivered)
             self._log_summary(force=True)
         except DatabaseError:
-            # The claims stay PROCESSING until they expire; another worker then re-sends them
-            # with the same idempotency keys, so nothing is lost or sent twice.
+            # The claims stay PROCESSING until the worker is taken for dead (its beats end
+            # with it) or they expire; another worker then re-sends them with the same
+            # idempotency keys, so nothing is lost or sent twice.
             log.exception(
                 "could not record %d results at shutdown worker=%s",
                 len(self._finishes),
                 self.worker_id,
             )
         finally:
+            self.heartbeat.stop()
+            self._beating = False  # a later run() beats again
             self._sends.close()
             self.queue_vacuum.join(timeout=30)
 
     # --- starting a claim -----------------------------------------------------------------
 
-    def _start(self, claims: list[Claim], *, start_by: float) -> None:
+    def _start(self, claims: list[Claim], *, start_by: float, claimed_at: float) -> None:
         """The send-time checks for the whole claim, then the sends. Every claim either
         starts or ends here with a result to record (or was settled by a deferral)."""
         started = time.monotonic()
@@ -417,9 +449,11 @@ class Worker:
                 # given back, its attempt returned (contract: run_worker's shutdown).
                 self._finishes.append(claim_release(claim))
                 continue
-            if time.monotonic() >= start_by:
+            if time.monotonic() >= start_by or not self.heartbeat.holds(claimed_at):
                 # Too little of the claim is left for the provider to answer before another
-                # worker may take it over: give it back unsent, its attempt returned.
+                # worker may take it over, or the heartbeat lapsed since the claim (another
+                # may have taken it already): give it back unsent, its attempt returned (the
+                # release names the claim token: a claim taken over changes nothing).
                 log.warning(
                     "claim too old to start notification=%s worker=%s; released",
                     claim.id,
@@ -436,7 +470,9 @@ class Worker:
             if claim.channel in self._batch_channels:
                 batches.setdefault(id(provider), (provider, []))[1].append((claim, admission))
             else:
-                self._sends.submit(provider, claim, admission, started, start_by=start_by)
+                self._sends.submit(
+                    provider, claim, admission, started, start_by=start_by, claimed_at=claimed_at
+                )
         for provider, items in batches.values():
             for (claim, admission), result in zip(
                 items, _batch_send(provider, [claim for claim, _ in items]), strict=True

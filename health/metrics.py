@@ -4,8 +4,6 @@ registry), so running ten workers does not mean ten copies of the same database 
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.utils import timezone
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -27,7 +25,7 @@ class QueueCollector:
         try:
             repository = self._repository_factory()
             snapshot = repository.queue_snapshot(
-                now=now, workers_seen_since=now - timedelta(seconds=worker_live_window_s())
+                now=now, worker_dead_after_s=worker_live_window_s()
             )
             circuits = repository.circuits()
         except DatabaseUnavailable:

@@ -175,15 +175,20 @@ class HealthRepository:
             HealthRepository._migrations_applied = True
         return pending
 
-    def liveness(self, *, now: datetime, workers_seen_since: datetime) -> Liveness:
+    def liveness(self, *, now: datetime, worker_dead_after_s: float) -> Liveness:
         """Two bounded reads: the longest-due PENDING row (a probe per priority) and the live
-        workers (a small table). Not the queue's counts: an anonymous /status is answered
-        from this alone."""
+        workers (a small table): those not dead by `worker_dead`, the definition by which
+        their claims are taken over (no heartbeat for `worker_dead_after_s` by the database's
+        clock, or stopped). Not the queue's counts: an anonymous /status is answered from
+        this alone."""
         using = self.connection
         with self._reachable():
             oldest_due = SQL.scalar("pending_oldest_due", using=using, now=now)
             workers = SQL.row(
-                "workers_live", row=_WorkersLive, using=using, since=workers_seen_since
+                "workers_live",
+                row=_WorkersLive,
+                using=using,
+                dead_after_s=worker_dead_after_s,
             )
         return Liveness(
             oldest_overdue_s=_seconds_since(oldest_due, now),
@@ -191,9 +196,9 @@ class HealthRepository:
             worker_last_seen_at=workers.last_seen_at,
         )
 
-    def queue_snapshot(self, *, now: datetime, workers_seen_since: datetime) -> QueueSnapshot:
+    def queue_snapshot(self, *, now: datetime, worker_dead_after_s: float) -> QueueSnapshot:
         using = self.connection
-        live = self.liveness(now=now, workers_seen_since=workers_seen_since)
+        live = self.liveness(now=now, worker_dead_after_s=worker_dead_after_s)
         alias = using.alias
         with self._reachable():
             depth = self.counts.read(

@@ -10,7 +10,7 @@ Invariants protected here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -26,9 +26,9 @@ class HealthSource(Protocol):
 
     def migrations_pending(self) -> list[str]: ...
 
-    def liveness(self, *, now: datetime, workers_seen_since: datetime) -> Liveness: ...
+    def liveness(self, *, now: datetime, worker_dead_after_s: float) -> Liveness: ...
 
-    def queue_snapshot(self, *, now: datetime, workers_seen_since: datetime) -> QueueSnapshot: ...
+    def queue_snapshot(self, *, now: datetime, worker_dead_after_s: float) -> QueueSnapshot: ...
 
     def circuits(self) -> list[CircuitReading]: ...
 
@@ -72,13 +72,13 @@ def status_report(
         body["migrations"] = {"applied": not pending, "pending": pending}
         if pending:
             reasons.append(f"{len(pending)} migration(s) not applied: {', '.join(pending)}")
-        since = now - timedelta(seconds=thresholds.worker_live_window_s)
+        dead_after_s = thresholds.worker_live_window_s
         if not details:
             reasons += _liveness_reasons(
-                source.liveness(now=now, workers_seen_since=since), thresholds
+                source.liveness(now=now, worker_dead_after_s=dead_after_s), thresholds
             )
             return _report(reasons, body)
-        snapshot = source.queue_snapshot(now=now, workers_seen_since=since)
+        snapshot = source.queue_snapshot(now=now, worker_dead_after_s=dead_after_s)
         circuits = source.circuits()
     except DatabaseUnavailable as exc:
         reasons.append(f"database error during the check: {exc}")

@@ -56,6 +56,14 @@ WEBHOOK_DELIVERIES = Counter(
     ["outcome", "state"],
 )
 
+CLAIMS_RESCUED = Counter(
+    "notifyqueue_claims_rescued",
+    "Claims this process took back from another holder, by what was claimed (notification, "
+    "webhook_event) and why: dead_worker (no heartbeat for NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS) "
+    "or claim_timeout (past its claim timeout, whoever held it).",
+    ["kind", "cause"],
+)
+
 
 class LabelledChildren:
     """Each labelled child of a metric, looked up once: prometheus_client checks and orders the
@@ -94,6 +102,10 @@ def notification_retried(*, channel: str) -> None:
 
 def webhook_attempt_recorded(*, outcome: str, state: str) -> None:
     WEBHOOK_DELIVERIES.labels(outcome=outcome, state=state).inc()
+
+
+def claim_rescued(*, kind: str, cause: str, count: int = 1) -> None:
+    CLAIMS_RESCUED.labels(kind=kind, cause=cause).inc(count)
 
 
 class _Claimed(Protocol):

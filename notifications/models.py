@@ -255,11 +255,11 @@ class NotificationQueue(models.Model):
     Written only by the triggers on `notification` (`notification_queue_*`), in
     the same statement that changes the record, under that record's row lock; never written
     directly. A row is the record's copy of status, priority, channel, due time, creation time
-    and claim expiry, with a PENDING row's recipient digest; a record that becomes SENT leaves
-    this table, so it holds the backlog, the claims in flight and the rows an operator may act
-    on (FAILED, DEAD_LETTERED), and its size does not grow with delivered history. Statements
-    that lock a notification lock the record (`FOR UPDATE OF n`), never this row, so lock order
-    is always record first.
+    and claim expiry, with a PROCESSING row's worker and a PENDING row's recipient digest; a
+    record that becomes SENT leaves this table, so it holds the backlog, the claims in flight
+    and the rows an operator may act on (FAILED, DEAD_LETTERED), and its size does not grow
+    with delivered history. Statements that lock a notification lock the record (`FOR UPDATE
+    OF n`), never this row, so lock order is always record first.
     """
 
     notification = models.OneToOneField(
@@ -277,6 +277,9 @@ class NotificationQueue(models.Model):
     due_at = models.DateTimeField()
     created_at = models.DateTimeField()
     claim_expires_at = models.DateTimeField(null=True)
+    # A PROCESSING row's worker (the record's claimed_by); NULL in any other status, so the
+    # index below holds only the claims in flight.
+    claimed_by = models.CharField(max_length=200, null=True)
     # A PENDING row's md5(recipient)::uuid (`recipient_digest`); NULL in any other status, so a
     # claim computes none.
     recipient_digest = models.UUIDField(null=True)
@@ -310,6 +313,16 @@ class NotificationQueue(models.Model):
                 fields=["claim_expires_at"],
                 name="queue_claim_expiry",
                 condition=Q(status=Status.PROCESSING),
+            ),
+            # The claims in flight by worker: the takeover of a dead worker's claims walks the
+            # workers holding claims and reads only the dead ones' (delivery/sql/queries.sql,
+            # notification_reclaim_expired). `claimed_by IS NOT NULL` (always true of a
+            # claim) keeps it out of the plans of the other reads of PROCESSING rows, which
+            # queue_claim_expiry serves.
+            models.Index(
+                fields=["claimed_by"],
+                name="queue_claimed_by",
+                condition=Q(status=Status.PROCESSING, claimed_by__isnull=False),
             ),
             # A client's listing by status, newest first, and its backlog count (PENDING).
             # This index and the next leave PROCESSING rows out: a claim (PENDING to

@@ -271,7 +271,14 @@ NOTIFYQUEUE_API_RATE_LIMIT_WINDOW_SECONDS = env.float(
 )
 # How often an idle worker looks for due work even without a LISTEN/NOTIFY wake-up.
 NOTIFYQUEUE_POLL_INTERVAL_SECONDS = env.float("NOTIFYQUEUE_POLL_INTERVAL_SECONDS", default=1.0)
+# A worker writes its heartbeat row this often, from a thread of its own.
 NOTIFYQUEUE_HEARTBEAT_SECONDS = env.float("NOTIFYQUEUE_HEARTBEAT_SECONDS", default=5.0)
+# A worker whose heartbeat is older than this (database clock) is dead: another worker takes
+# its notification and webhook claims over at once, without waiting for their claim timeout.
+# At least three heartbeats (delivery/checks.py), so two missed beats never kill a live one.
+NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS = env.float(
+    "NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS", default=30.0
+)
 # Where a worker LISTENs for wake-ups (a session of its own). Empty: DATABASE_URL. Set it to
 # the server itself when DATABASE_URL goes through PgBouncer in transaction mode.
 NOTIFYQUEUE_LISTEN_DATABASE_URL = env.str("NOTIFYQUEUE_LISTEN_DATABASE_URL", default="")

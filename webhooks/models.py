@@ -55,6 +55,9 @@ class WebhookEvent(models.Model):
     next_attempt_at = models.DateTimeField()
     claim_token = models.UUIDField(null=True, blank=True)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
+    # The worker whose sender made the latest claim (NULL: a sender outside a worker, which
+    # has no heartbeat); while DELIVERING, the worker whose death hands the claim over.
+    claimed_by = models.CharField(max_length=200, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
@@ -111,7 +114,8 @@ class WebhookQueueEntry(models.Model):
 
     Written only by the triggers on `webhook_event` (`webhook_queue_*`), in the statement that
     changes the event, under that event's row lock; never written directly. A row copies the
-    event's client, state, due time, creation time and claim expiry; an event that becomes
+    event's client, state, due time, creation time, claim expiry and (while DELIVERING) the
+    worker holding it; an event that becomes
     DELIVERED or FAILED leaves this table. So the entries a finished event leaves in the
     claim's indexes are dead rows of a table the size of the backlog, which VACUUM (and
     autovacuum, by its share of live rows) clears at the cost of the backlog, not of the whole
@@ -135,6 +139,8 @@ class WebhookQueueEntry(models.Model):
     next_attempt_at = models.DateTimeField()
     created_at = models.DateTimeField()
     claim_expires_at = models.DateTimeField(null=True)
+    # A DELIVERING event's worker (the event's claimed_by); NULL in any other state.
+    claimed_by = models.CharField(max_length=200, null=True)
 
     class Meta:
         db_table = "webhook_queue"
@@ -155,6 +161,15 @@ class WebhookQueueEntry(models.Model):
                 fields=["client_id", "next_attempt_at", "created_at"],
                 name="webhook_queue_client_due",
                 condition=Q(state=DeliveryState.PENDING),
+            ),
+            # The events in flight by worker: the takeover of a dead worker's claims
+            # (webhooks/sql/webhook_events.sql, webhook_event_reclaim_expired). Only claims
+            # that name a worker, which also keeps it out of the plan of the claim's count
+            # of a client's events in flight (webhook_queue_client_busy's).
+            models.Index(
+                fields=["claimed_by"],
+                name="webhook_queue_claimed_by",
+                condition=Q(state=DeliveryState.DELIVERING, claimed_by__isnull=False),
             ),
             # Each client's events in flight, counted against its share of the senders.
             models.Index(

@@ -4,7 +4,8 @@ Invariants protected here:
 - an event is claimed by one sender at a time (FOR UPDATE SKIP LOCKED in one statement that
   commits before any HTTP call, so no row lock is held while posting);
 - a claim is ended only by the holder of its token while the event is DELIVERING; an event the
-  finish does not return had its claim taken over, and its late result is dropped;
+  finish does not return had its claim taken over (its worker died, or the claim expired), and
+  its late result is dropped;
 - nothing here writes the notification table: a webhook can never change a notification.
 """
 
@@ -50,13 +51,16 @@ class ClaimedEvent:
 class ReclaimedEvent:
     id: uuid.UUID
     state: str
+    cause: str
+    """Why the claim was taken: `dead_worker` or `claim_timeout`."""
 
 
 def webhook_events_claim_due(
-    *, limit: int, per_client: int, claim_timeout_s: float
+    *, limit: int, per_client: int, claim_timeout_s: float, worker: str | None = None
 ) -> list[ClaimedEvent]:
     """Claims up to `limit` due PENDING events, fairly across clients and at most
-    `per_client` in flight per client; the claim is committed when this returns."""
+    `per_client` in flight per client, for `worker` (whose death hands them over; None: only
+    their claim timeout does); the claim is committed when this returns."""
     with transaction.atomic():
         QUERIES.execute("webhook_event_claim_plan")
         return QUERIES.rows(
@@ -65,6 +69,7 @@ def webhook_events_claim_due(
             limit=limit,
             per_client=per_client,
             claim_timeout_s=claim_timeout_s,
+            worker=worker,
         )
 
 
@@ -106,14 +111,18 @@ def webhook_events_finish(results: list[EventResult]) -> set[uuid.UUID]:
         )
 
 
-def webhook_events_reclaim_expired(*, limit: int, max_attempts: int) -> list[ReclaimedEvent]:
-    """Returns expired DELIVERING claims to PENDING (or FAILED on their last attempt)."""
+def webhook_events_reclaim_expired(
+    *, limit: int, max_attempts: int, dead_after_s: float | None
+) -> list[ReclaimedEvent]:
+    """Returns DELIVERING claims of dead workers (no heartbeat for `dead_after_s`; None: not
+    looked for) and expired ones to PENDING (or FAILED on their last attempt)."""
     with transaction.atomic():
         return QUERIES.rows(
             "webhook_event_reclaim_expired",
             row=ReclaimedEvent,
             limit=limit,
             max_attempts=max_attempts,
+            dead_after_s=dead_after_s,
         )
 
 

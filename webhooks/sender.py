@@ -23,8 +23,12 @@ log = logging.getLogger("notifyqueue.webhooks")
 
 
 class WebhookSender:
-    def __init__(self, *, poll_interval_s: float, reclaim_interval_s: float) -> None:
+    def __init__(
+        self, *, poll_interval_s: float, reclaim_interval_s: float, worker: str | None = None
+    ) -> None:
         self.poll_interval_s = poll_interval_s
+        # The worker whose heartbeat vouches for this sender's claims.
+        self.worker = worker
         self.reclaim_interval_s = reclaim_interval_s
         self._next_reclaim = 0.0
         self._stop = threading.Event()
@@ -33,13 +37,14 @@ class WebhookSender:
         self._thread = threading.Thread(target=self._run, name="webhook-sender", daemon=True)
 
     def run_once(self, *, wait_s: float = 0.0) -> WebhookBatch:
-        """Reclaims expired claims when it is time, records finished POSTs (waiting up to
-        `wait_s` for one), and fills the free POST slots with due events."""
+        """Takes back the claims of dead workers and expired ones when it is time, records
+        finished POSTs (waiting up to `wait_s` for one), and fills the free POST slots with
+        due events."""
         if time.monotonic() >= self._next_reclaim:
             webhook_events_reclaim_expired()
             self._next_reclaim = time.monotonic() + self.reclaim_interval_s
         if self._deliveries is None:
-            self._deliveries = WebhookDeliveries()
+            self._deliveries = WebhookDeliveries(worker=self.worker)
         return self._deliveries.step(wait_s=wait_s)
 
     def start(self) -> None:

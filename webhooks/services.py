@@ -3,7 +3,8 @@
 Invariants protected here:
 - at-least-once: an event is retried on NOTIFYQUEUE_WEBHOOK_RETRY_SCHEDULE (due times on the
   database clock) until a 2xx answer, NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS attempts, or a
-  refused URL; a sender that dies mid-POST is covered by the reaper, and the
+  refused URL; a sender that dies mid-POST is covered by the reaper (at once when its
+  worker's heartbeat stops, else at the claim timeout), and the
   receiver deduplicates by eventId (the `webhook-id` header), which never changes;
 - isolation: every POST ends within the webhook timeout, one client holds at most
   NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY POSTs at once, and nothing here touches a
@@ -204,8 +205,11 @@ class WebhookDeliveries:
     NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS each, while the other slots keep turning over.
     """
 
-    def __init__(self, *, concurrency: int | None = None) -> None:
+    def __init__(self, *, concurrency: int | None = None, worker: str | None = None) -> None:
         self.concurrency = concurrency or settings.NOTIFYQUEUE_WEBHOOK_CONCURRENCY
+        # The worker whose heartbeat vouches for this sender's claims (None: none does, and
+        # only their claim timeout hands them over).
+        self.worker = worker
         self._pool = ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="webhook-post"
         )
@@ -229,6 +233,7 @@ class WebhookDeliveries:
                 limit=limit,
                 per_client=settings.NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY,
                 claim_timeout_s=settings.NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS,
+                worker=self.worker,
             )
         for event in events:
             self._in_flight[self._pool.submit(_post, event)] = event
@@ -282,17 +287,26 @@ def webhook_events_deliver_due(*, limit: int | None = None) -> WebhookBatch:
 
 
 def webhook_events_reclaim_expired(*, limit: int = RECLAIM_BATCH) -> list[ReclaimedEvent]:
-    """The reaper's step: returns events whose sender died mid-delivery to the queue.
+    """The reaper's step: returns to the queue the events whose worker is dead (no heartbeat
+    for NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS, by the database's clock) and those whose claim
+    expired (NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS) whoever holds them.
 
     Returns the events it released, each with its new state (PENDING, or FAILED when the
-    expired claim was the event's last attempt).
+    abandoned claim was the event's last attempt) and the cause; counts them by cause.
     """
     reclaimed = repositories.webhook_events_reclaim_expired(
         limit=limit,
         max_attempts=settings.NOTIFYQUEUE_WEBHOOK_MAX_ATTEMPTS,
+        dead_after_s=settings.NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS,
     )
     for event in reclaimed:
-        logger.warning("webhook event %s: claim expired, now %s", event.id, event.state)
+        logger.warning(
+            "webhook event %s: claim taken back cause=%s, now %s",
+            event.id,
+            event.cause,
+            event.state,
+        )
+        metrics.claim_rescued(kind="webhook_event", cause=event.cause)
     return reclaimed
 
 

@@ -85,36 +85,85 @@ WITH ended AS (
 SELECT id, status, channel, client_id, recipient, false AS freed_slot FROM ended;
 
 -- name: notification_reclaim_expired
--- Returns rows whose claim expired (their worker died or stalled) to PENDING, due now. The
--- attempt the dead worker used stays counted. When that was already the final attempt the row
+-- Takes claims away from workers that can no longer finish them, and returns their rows to
+-- PENDING, due now; each row says why (`cause`):
+-- - dead_worker: its worker is dead (worker_dead: stopped, or no heartbeat for
+--   %(dead_after_s)s seconds by the database's clock; NULL skips this test). Found through
+--   queue_claimed_by: `holders` walks the distinct workers holding claims by skipping through
+--   that index (one probe a worker), each is judged by its heartbeat row (a primary-key
+--   look-up), and only a dead one's claims are read. So the cost grows with the workers
+--   holding claims and the dead ones' claims, never with the backlog or the history.
+-- - claim_timeout: the claim is past its expiry (claim_expires_at, the hard timeout: a live
+--   worker starts no provider call that could end after it), whatever its worker's heartbeat
+--   says; found in queue_claim_expiry.
+-- The attempt the worker used stays counted. When that was already the final attempt the row
 -- still gets one more claim (attempt_count may reach max_attempts + 1): the message may have
 -- been delivered, and re-sending with the same idempotency key confirms it. A row that crashed
 -- on that extra attempt too is dead-lettered. The abandoned claim's rate-limit slot is freed:
--- the re-send is admitted (and counted) again, so one delivery never counts twice.
-WITH expired AS (
-    SELECT n.id, n.claim_token, n.claimed_by
+-- the re-send is admitted (and counted) again, so one delivery never counts twice. The worker
+-- that lost the claim changes nothing afterwards: every finish names the claim token.
+WITH RECURSIVE holders AS (
+    (SELECT q.claimed_by FROM notification_queue AS q
+     WHERE q.status = 'PROCESSING' AND q.claimed_by IS NOT NULL
+       AND %(dead_after_s)s::float8 IS NOT NULL
+     ORDER BY q.claimed_by
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.claimed_by FROM notification_queue AS q
+            WHERE q.status = 'PROCESSING' AND q.claimed_by > h.claimed_by
+            ORDER BY q.claimed_by
+            LIMIT 1)
+    FROM holders AS h
+    WHERE h.claimed_by IS NOT NULL
+), dead_claims AS (
+    SELECT q.id, 'dead_worker' AS cause
+    FROM holders AS h
+    CROSS JOIN LATERAL (
+        SELECT q.id FROM notification_queue AS q
+        WHERE q.status = 'PROCESSING' AND q.claimed_by = h.claimed_by
+        LIMIT %(limit)s
+    ) AS q
+    WHERE h.claimed_by IS NOT NULL AND worker_dead(h.claimed_by, %(dead_after_s)s::float8)
+    LIMIT %(limit)s
+), timed_out AS (
+    SELECT q.id, 'claim_timeout' AS cause
     FROM notification_queue AS q
-    JOIN notification AS n ON n.id = q.id
     WHERE q.status = 'PROCESSING' AND q.claim_expires_at < notifyqueue_now()
     ORDER BY q.claim_expires_at
+    LIMIT %(limit)s
+), found AS (
+    -- A dead worker's claim that also timed out counts as the worker's death.
+    SELECT DISTINCT ON (c.id) c.id, c.cause
+    FROM (SELECT * FROM dead_claims UNION ALL SELECT * FROM timed_out) AS c
+    ORDER BY c.id, c.cause = 'dead_worker' DESC
+), expired AS (
+    SELECT n.id, n.claim_token, n.claimed_by, f.cause
+    FROM found AS f
+    JOIN notification AS n ON n.id = f.id
+    WHERE n.status = 'PROCESSING'
     LIMIT %(limit)s
     FOR UPDATE OF n SKIP LOCKED
 ), reclaimed AS (
     UPDATE notification AS n
     SET status = CASE WHEN n.attempt_count > n.max_attempts THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
-        last_error = 'claim expired: worker ' || e.claimed_by || ' did not report back',
+        last_error = CASE e.cause
+            WHEN 'dead_worker' THEN 'claim taken over: worker ' || e.claimed_by || ' is dead'
+            ELSE 'claim expired: worker ' || e.claimed_by || ' did not report back'
+        END,
         due_at = notifyqueue_now(),
         claim_token = NULL,
         claim_expires_at = NULL,
         updated_at = notifyqueue_now()
     FROM expired AS e
-    -- The record's own state, re-checked on the version locked above (see the claim).
+    -- The record's own state, re-checked on the version locked above (see the claim): the
+    -- same claim, still held, and (timed out) still past its expiry.
     WHERE n.id = e.id AND n.status = 'PROCESSING' AND n.claim_token = e.claim_token
-      AND n.claim_expires_at < notifyqueue_now()
-    RETURNING n.id, n.status, e.claim_token
+      AND (e.cause = 'dead_worker' OR n.claim_expires_at < notifyqueue_now())
+    RETURNING n.id, n.status, e.claim_token, e.cause
 ), attempt AS (
     UPDATE delivery_attempt AS a
-    SET finished_at = notifyqueue_now(), outcome = 'ABANDONED', error = 'claim expired'
+    SET finished_at = notifyqueue_now(), outcome = 'ABANDONED',
+        error = CASE r.cause WHEN 'dead_worker' THEN 'worker dead' ELSE 'claim expired' END
     FROM reclaimed AS r
     WHERE a.claim_token = r.claim_token
 ), unslotted AS (
@@ -122,7 +171,7 @@ WITH expired AS (
     USING reclaimed AS r
     WHERE d.claim_token = r.claim_token
 )
-SELECT id, status FROM reclaimed;
+SELECT id, status, cause FROM reclaimed;
 
 -- name: notification_next_due_in
 -- Seconds until the earliest waiting row is due (negative: overdue; NULL: nothing waits), by
@@ -202,15 +251,17 @@ VACUUM (SKIP_LOCKED) notification_queue;
 VACUUM (SKIP_LOCKED) webhook_queue;
 
 -- name: worker_heartbeat_upsert
--- `waiting` restates the worker's wake-up mark, in case another worker took it for a dead
--- one's (worker_waiting_clear_stale) while this one was stalled.
+-- The worker's evidence of life (worker_dead): seen now, by the database's clock. Its wake-up
+-- mark is the loop's to set and clear (worker_waiting_mark); it is only read back here, so the
+-- worker learns when another took it for a dead one's (worker_waiting_clear_stale) and marks
+-- itself again.
 INSERT INTO worker_heartbeat (worker_id, hostname, pid, started_at, last_seen_at, delivered,
                               waiting)
 VALUES (%(worker)s, %(hostname)s, %(pid)s, notifyqueue_now(), notifyqueue_now(), %(delivered)s,
-        %(waiting)s)
+        false)
 ON CONFLICT (worker_id) DO UPDATE
-SET last_seen_at = excluded.last_seen_at, delivered = excluded.delivered, stopped_at = NULL,
-    waiting = excluded.waiting;
+SET last_seen_at = excluded.last_seen_at, delivered = excluded.delivered, stopped_at = NULL
+RETURNING waiting;
 
 -- name: worker_heartbeat_stop
 UPDATE worker_heartbeat

@@ -64,10 +64,12 @@ SELECT min(next_attempt_at)
  WHERE state = 'PENDING' AND next_attempt_at <= %(now)s;
 
 -- name: workers_live
+-- The workers not dead by the one definition the takeover of claims uses (worker_dead: not
+-- stopped, and a heartbeat within %(dead_after_s)s seconds by the database's clock).
 -- worker_heartbeat has one row per worker process ever started: small.
 SELECT count(*) AS live, max(last_seen_at) AS last_seen_at
   FROM worker_heartbeat
- WHERE stopped_at IS NULL AND last_seen_at >= %(since)s;
+ WHERE NOT worker_dead(worker_id, %(dead_after_s)s::float8);
 
 -- name: circuits_all
 -- Every provider's circuit breaker (a handful of rows, one per channel and provider).

@@ -255,7 +255,7 @@ def test_the_settings_check_accepts_only_zero_or_a_finite_positive_period(aging_
         errors = priority_aging_check(None)
     assert (errors == []) is ok, errors
     if not ok:
-        assert errors[0].id == "delivery.E001"
+        assert errors[0].id == "delivery.E003"
         assert "NOTIFYQUEUE_PRIORITY_AGING_SECONDS" in errors[0].msg
 
 

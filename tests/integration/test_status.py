@@ -118,9 +118,11 @@ def test_a_live_worker_makes_the_same_backlog_healthy():
 
 
 def test_a_stale_or_stopped_worker_is_not_live(settings):
-    settings.NOTIFYQUEUE_HEARTBEAT_SECONDS = 5
+    """Live means what the takeover of claims means (worker_dead): a heartbeat within
+    NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS by the database's clock, and not stopped."""
+    settings.NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS = 15
     NotificationFactory(due_at=timezone.now() - timedelta(minutes=2))
-    heartbeat("stale", seen_ago_s=16)  # missed three heartbeats
+    heartbeat("stale", seen_ago_s=16)  # dead: its claims would be taken over
     heartbeat("stopped")
     DeliveryRepository().worker_stopped(worker="stopped", delivered=0)
 
@@ -295,7 +297,7 @@ def test_a_count_that_took_long_is_reused_for_a_hundred_times_as_long():
     repository = HealthRepository(counts=PacedCounts(clock=clock))
 
     def depth_and_webhooks():
-        snapshot = repository.queue_snapshot(now=timezone.now(), workers_seen_since=timezone.now())
+        snapshot = repository.queue_snapshot(now=timezone.now(), worker_dead_after_s=30)
         return snapshot.depth_of("DEAD_LETTERED"), snapshot.webhook_backlog.get("PENDING", 0)
 
     notifications_insert_bulk(client_id=client.id, count=2)
@@ -313,7 +315,7 @@ def test_a_count_that_took_no_time_is_read_afresh_every_time():
     repository = HealthRepository(counts=PacedCounts(clock=SlowClock(step=0.001)))
     for count in (1, 2, 3):
         notifications_insert_bulk(client_id=client.id, count=1, start=timezone.now())
-        snapshot = repository.queue_snapshot(now=timezone.now(), workers_seen_since=timezone.now())
+        snapshot = repository.queue_snapshot(now=timezone.now(), worker_dead_after_s=30)
         assert snapshot.depth_of("DEAD_LETTERED") == count
 
 
@@ -324,7 +326,7 @@ def test_a_count_slowed_by_a_stall_is_not_reused_for_more_than_a_minute():
 
     def dead_lettered():
         now = timezone.now()
-        return repository.queue_snapshot(now=now, workers_seen_since=now).depth_of("DEAD_LETTERED")
+        return repository.queue_snapshot(now=now, worker_dead_after_s=30).depth_of("DEAD_LETTERED")
 
     notifications_insert_bulk(client_id=client.id, count=1)
     assert dead_lettered() == 1

@@ -81,8 +81,10 @@ def test_a_dead_workers_mark_is_cleared_at_a_live_workers_heartbeat(listener):
 
     alive._waiting_mark()
     WorkerHeartbeat.objects.filter(worker_id=alive.worker_id).update(waiting=False)
-    # Taken for dead while stalled: its next turn's heartbeat restates the mark.
-    alive._next_maintenance = 0.0
+    # Taken for dead while stalled: its next beat finds the mark gone, and the loop's next
+    # turn marks it again.
+    alive.heartbeat.run_once(delivered=0, waiting=alive._waiting)
+    assert alive.heartbeat.mark_lost.is_set()
     alive._maintain(time.monotonic())
     assert WorkerHeartbeat.objects.get(worker_id=alive.worker_id).waiting
     NotificationFactory()

@@ -418,10 +418,18 @@ def test_redelivery_requeues_finished_events_with_the_same_event_id(
         ("webhook_event_claim_due", "webhook_queue_client_due"),
         ("webhook_event_claim_due", "webhook_queue_client_busy"),
         ("webhook_event_reclaim_expired", "webhook_queue_claim_expiry"),
+        ("webhook_event_reclaim_expired", "webhook_queue_claimed_by"),
     ],
 )
 def test_maintenance_queries_read_their_partial_index(query, index):
-    params = {"limit": 10, "per_client": 4, "claim_timeout_s": 30, "max_attempts": 10}
+    params = {
+        "limit": 10,
+        "per_client": 4,
+        "claim_timeout_s": 30,
+        "max_attempts": 10,
+        "worker": "w-1",
+        "dead_after_s": 30,
+    }
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("EXPLAIN " + QUERIES[query], params)
@@ -472,7 +480,7 @@ def _claim_choice_buffers() -> int:
     class Rollback(Exception):
         pass
 
-    params = {"limit": 16, "per_client": 4, "claim_timeout_s": 30}
+    params = {"limit": 16, "per_client": 4, "claim_timeout_s": 30, "worker": "w-1"}
     with connection.cursor() as cursor:
         # Rows earlier tests inserted and rolled back leave dead index entries that the first
         # scan marks dead as it passes (as a live queue's delivered rows do until vacuum);

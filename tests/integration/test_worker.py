@@ -578,9 +578,10 @@ def test_a_stop_during_the_send_time_checks_gives_the_claim_back_unsent(close_wo
     assert not RecipientDelivery.objects.exists()
 
 
-def test_a_busy_worker_checks_the_statistics_every_second_and_beats_at_its_heartbeat():
+def test_a_busy_worker_checks_the_statistics_every_second_and_reclaims_at_its_heartbeat():
     """The statistics check has its own timer (STATISTICS_CHECK_S): a burst drains in seconds,
-    and a check only at the heartbeat let it be claimed with an empty queue's plans."""
+    and a check only at the heartbeat let it be claimed with an empty queue's plans. The
+    heartbeat itself beats on its own thread, started at the first turn."""
     from delivery.services import RetryPolicy
     from delivery.upkeep import STATISTICS_CHECK_S
     from delivery.worker import Worker, WorkerConfig
@@ -591,15 +592,15 @@ def test_a_busy_worker_checks_the_statistics_every_second_and_beats_at_its_heart
         policy=RetryPolicy(base_s=0.5, max_s=60.0),
     )
     calls = []
-    worker.heartbeat.run_once = lambda **_: calls.append("heartbeat") or 0
+    worker.heartbeat.start = lambda **_: calls.append("heartbeat started")
     worker.reclaimer.run_once = lambda: calls.append("reclaim") and 0
     worker.statistics.run_once = lambda **_: calls.append("statistics") or []
 
     for now in (1000.0, 1000.0 + STATISTICS_CHECK_S / 2, 1000.0 + STATISTICS_CHECK_S * 1.5):
         worker._maintain(now)
-    assert calls == ["heartbeat", "reclaim", "statistics", "statistics"]
+    assert calls == ["heartbeat started", "reclaim", "statistics", "statistics"]
     worker._maintain(1061.0)
-    assert calls[4:] == ["heartbeat", "reclaim", "statistics"]
+    assert calls[4:] == ["reclaim", "statistics"]
 
 
 def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check(queue_without_autovacuum):

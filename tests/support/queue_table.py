@@ -6,9 +6,12 @@ from __future__ import annotations
 from django.db import connection
 
 COPIED = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
-QUEUE_COLUMNS = f"{COPIED}, recipient_digest"
+QUEUE_COLUMNS = f"{COPIED}, claimed_by, recipient_digest"
 # The record's values for the queue's columns.
-RECORD_COLUMNS = f"{COPIED}, CASE WHEN status = 'PENDING' THEN md5(recipient)::uuid END"
+RECORD_COLUMNS = (
+    f"{COPIED}, CASE WHEN status = 'PROCESSING' THEN claimed_by END, "
+    "CASE WHEN status = 'PENDING' THEN md5(recipient)::uuid END"
+)
 
 
 def queue_differences() -> list[tuple]:
@@ -22,16 +25,16 @@ def queue_differences() -> list[tuple]:
         return cursor.fetchall()
 
 
-WEBHOOK_QUEUE_COLUMNS = "id, client_id, state, next_attempt_at, created_at, claim_expires_at"
+WEBHOOK_COPIED = "id, client_id, state, next_attempt_at, created_at, claim_expires_at"
 
 
 def webhook_queue_differences() -> list[tuple]:
     """`queue_differences` for webhook_queue against webhook_event's events not yet final."""
     events = (
-        f"SELECT {WEBHOOK_QUEUE_COLUMNS} FROM webhook_event "
-        "WHERE state IN ('PENDING', 'DELIVERING')"
+        f"SELECT {WEBHOOK_COPIED}, CASE WHEN state = 'DELIVERING' THEN claimed_by END "
+        "FROM webhook_event WHERE state IN ('PENDING', 'DELIVERING')"
     )
-    queue = f"SELECT {WEBHOOK_QUEUE_COLUMNS} FROM webhook_queue"
+    queue = f"SELECT {WEBHOOK_COPIED}, claimed_by FROM webhook_queue"
     with connection.cursor() as cursor:
         cursor.execute(f"({events} EXCEPT ALL {queue}) UNION ALL ({queue} EXCEPT ALL {events})")
         return cursor.fetchall()

@@ -19,7 +19,7 @@ class FakeHealth:
     down: bool = False
     fails_after_ping: bool = False
     circuit_readings: list = field(default_factory=list)
-    asked_since: datetime | None = None
+    asked_dead_after_s: float | None = None
     snapshots_taken: int = 0
 
     def ping(self) -> None:
@@ -31,13 +31,13 @@ class FakeHealth:
             raise DatabaseUnavailable("server closed the connection unexpectedly")
         return self.pending_migrations
 
-    def liveness(self, *, now, workers_seen_since) -> Liveness:
-        self.asked_since = workers_seen_since
+    def liveness(self, *, now, worker_dead_after_s) -> Liveness:
+        self.asked_dead_after_s = worker_dead_after_s
         s = self.snapshot
         return Liveness(s.oldest_overdue_s, s.workers_live, s.worker_last_seen_at)
 
-    def queue_snapshot(self, *, now, workers_seen_since) -> QueueSnapshot:
-        self.asked_since = workers_seen_since
+    def queue_snapshot(self, *, now, worker_dead_after_s) -> QueueSnapshot:
+        self.asked_dead_after_s = worker_dead_after_s
         self.snapshots_taken += 1
         return self.snapshot
 
@@ -74,10 +74,10 @@ def test_work_overdue_by_less_than_the_threshold_is_not_a_reason():
     assert report(FakeHealth(QueueSnapshot(oldest_overdue_s=1.5, workers_live=0))).healthy
 
 
-def test_workers_are_live_only_if_seen_within_the_window():
+def test_workers_are_live_only_if_not_dead_by_the_takeovers_window():
     source = FakeHealth()
     report(source)
-    assert (NOW - source.asked_since).total_seconds() == 15
+    assert source.asked_dead_after_s == 15
 
 
 def test_an_unreachable_database_is_degraded_with_the_reason():

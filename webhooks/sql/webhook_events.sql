@@ -77,6 +77,7 @@ claimed AS (
     SET state = 'DELIVERING',
         claim_token = gen_random_uuid(),
         claim_expires_at = notifyqueue_now() + make_interval(secs => %(claim_timeout_s)s),
+        claimed_by = %(worker)s,
         delivery_attempts = e.delivery_attempts + 1
     FROM due
     WHERE e.id = due.id
@@ -151,22 +152,62 @@ attempt AS (
 SELECT id FROM finished;
 
 -- name: webhook_event_reclaim_expired
--- Gives back claims whose sender died or stalled past the claim expiry (database clock): PENDING and due at
--- once, or FAILED when that was the last attempt (the attempt is counted at claim time, so
--- an event that kills its sender every time still runs out of attempts). The abandoned
--- attempt rows say so.
--- The expired claims are found in webhook_queue_claim_expiry and locked in webhook_event,
--- where the expiry is checked again once locked: a claim its sender finished meanwhile is gone.
-WITH expired AS (
-    SELECT e.id, e.claim_token
-    FROM (
-        SELECT id FROM webhook_queue
-        WHERE state = 'DELIVERING' AND claim_expires_at <= notifyqueue_now()
-        ORDER BY claim_expires_at
+-- Gives back claims their sender can no longer finish: PENDING and due at once, or FAILED when
+-- that was the last attempt (the attempt is counted at claim time, so an event that kills its
+-- sender every time still runs out of attempts). The abandoned attempt rows say so. Each event
+-- says why (`cause`):
+-- - dead_worker: the worker whose sender holds it is dead (worker_dead, the delivery app's one
+--   definition: stopped, or no heartbeat for %(dead_after_s)s seconds by the database's clock;
+--   NULL skips this test). `holders` walks the distinct workers holding events by skipping
+--   through webhook_queue_claimed_by (one probe a worker), and only a dead one's events are
+--   read: the cost grows with the workers holding claims, not with the backlog.
+-- - claim_timeout: the claim is past its expiry (webhook_queue_claim_expiry), whoever holds it.
+-- The events are locked in webhook_event, where the claim is checked again once locked: a claim
+-- its sender finished meanwhile is gone.
+WITH RECURSIVE holders AS (
+    (SELECT q.claimed_by FROM webhook_queue AS q
+     WHERE q.state = 'DELIVERING' AND q.claimed_by IS NOT NULL
+       AND %(dead_after_s)s::float8 IS NOT NULL
+     ORDER BY q.claimed_by
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.claimed_by FROM webhook_queue AS q
+            WHERE q.state = 'DELIVERING' AND q.claimed_by > h.claimed_by
+            ORDER BY q.claimed_by
+            LIMIT 1)
+    FROM holders AS h
+    WHERE h.claimed_by IS NOT NULL
+),
+dead_claims AS (
+    SELECT q.id, 'dead_worker' AS cause
+    FROM holders AS h
+    CROSS JOIN LATERAL (
+        SELECT q.id FROM webhook_queue AS q
+        WHERE q.state = 'DELIVERING' AND q.claimed_by = h.claimed_by
         LIMIT %(limit)s
     ) AS q
-    JOIN webhook_event AS e ON e.id = q.id
-    WHERE e.state = 'DELIVERING' AND e.claim_expires_at <= notifyqueue_now()
+    WHERE h.claimed_by IS NOT NULL AND worker_dead(h.claimed_by, %(dead_after_s)s::float8)
+    LIMIT %(limit)s
+),
+timed_out AS (
+    SELECT id, 'claim_timeout' AS cause FROM webhook_queue
+    WHERE state = 'DELIVERING' AND claim_expires_at <= notifyqueue_now()
+    ORDER BY claim_expires_at
+    LIMIT %(limit)s
+),
+found AS (
+    -- A dead worker's claim that also timed out counts as the worker's death.
+    SELECT DISTINCT ON (c.id) c.id, c.cause
+    FROM (SELECT * FROM dead_claims UNION ALL SELECT * FROM timed_out) AS c
+    ORDER BY c.id, c.cause = 'dead_worker' DESC
+),
+expired AS (
+    SELECT e.id, e.claim_token, f.cause
+    FROM found AS f
+    JOIN webhook_event AS e ON e.id = f.id
+    WHERE e.state = 'DELIVERING'
+      AND (f.cause = 'dead_worker' OR e.claim_expires_at <= notifyqueue_now())
+    LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
 ),
 released AS (
@@ -175,20 +216,26 @@ released AS (
         next_attempt_at = notifyqueue_now(),
         claim_token = NULL,
         claim_expires_at = NULL,
-        last_error = 'claim expired before the sender recorded a result'
+        last_error = CASE expired.cause
+            WHEN 'dead_worker' THEN 'claim taken over: the worker holding it is dead'
+            ELSE 'claim expired before the sender recorded a result'
+        END
     FROM expired
-    WHERE e.id = expired.id
-    RETURNING e.id, e.state
+    WHERE e.id = expired.id AND e.claim_token = expired.claim_token
+    RETURNING e.id, e.state, expired.claim_token, expired.cause
 ),
 abandoned AS (
     UPDATE webhook_delivery_attempt AS a
     SET finished_at = notifyqueue_now(),
         outcome = 'ABANDONED',
-        error = 'claim expired before the sender recorded a result'
-    FROM expired
-    WHERE a.claim_token = expired.claim_token
+        error = CASE r.cause
+            WHEN 'dead_worker' THEN 'claim taken over: the worker holding it is dead'
+            ELSE 'claim expired before the sender recorded a result'
+        END
+    FROM released AS r
+    WHERE a.claim_token = r.claim_token
 )
-SELECT id, state FROM released ORDER BY id;
+SELECT id, state, cause FROM released ORDER BY id;
 
 -- name: webhook_event_redeliver
 -- An operator's redelivery: finished events (DELIVERED or FAILED) become due now with a

@@ -39,6 +39,7 @@ def worker_from_settings(*, concurrency: int, batch_size: int) -> Worker:
             send_timeout_s=settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS,
             poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
             heartbeat_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,
+            dead_after_s=settings.NOTIFYQUEUE_WORKER_DEAD_AFTER_SECONDS,
             rate_limit=RateLimit(
                 limit=settings.NOTIFYQUEUE_RATE_LIMIT,
                 window_s=settings.NOTIFYQUEUE_RATE_LIMIT_WINDOW_SECONDS,
@@ -95,6 +96,9 @@ class Command(BaseCommand):
         webhooks = WebhookSender(
             poll_interval_s=settings.NOTIFYQUEUE_POLL_INTERVAL_SECONDS,
             reclaim_interval_s=settings.NOTIFYQUEUE_HEARTBEAT_SECONDS,
+            # The worker's heartbeat vouches for the sender's claims too: they are taken over
+            # when it dies, like its notifications.
+            worker=worker.worker_id,
         )
 
         def stop(*_):

@@ -8,7 +8,7 @@ and the queue gauges of /metrics (health/repositories.py), once. Exit status 1 w
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
@@ -38,7 +38,7 @@ class _ReadOnce:
         repository.ping()
         self.pending_migrations = repository.migrations_pending()
         self.snapshot = repository.queue_snapshot(
-            now=now, workers_seen_since=now - timedelta(seconds=thresholds.worker_live_window_s)
+            now=now, worker_dead_after_s=thresholds.worker_live_window_s
         )
         self.circuit_readings = repository.circuits()
 
@@ -48,7 +48,7 @@ class _ReadOnce:
     def migrations_pending(self) -> list[str]:
         return self.pending_migrations
 
-    def queue_snapshot(self, *, now: datetime, workers_seen_since: datetime) -> QueueSnapshot:
+    def queue_snapshot(self, *, now: datetime, worker_dead_after_s: float) -> QueueSnapshot:
         return self.snapshot
 
     def circuits(self) -> list[CircuitReading]:

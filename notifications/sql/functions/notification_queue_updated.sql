@@ -8,15 +8,16 @@ AS $function$
 BEGIN
     DELETE FROM notification_queue
     WHERE id = ANY (ARRAY(SELECT id FROM updated WHERE status = 'SENT'));
-    INSERT INTO notification_queue AS q (id, client_id, status, priority, channel, due_at, created_at, claim_expires_at, recipient_digest)
-    SELECT id, client_id, status, priority, channel, due_at, created_at, claim_expires_at, CASE WHEN status = 'PENDING' THEN md5(recipient)::uuid END FROM updated WHERE status <> 'SENT'
+    INSERT INTO notification_queue AS q (id, client_id, status, priority, channel, due_at, created_at, claim_expires_at, claimed_by, recipient_digest)
+    SELECT id, client_id, status, priority, channel, due_at, created_at, claim_expires_at, CASE WHEN status = 'PROCESSING' THEN claimed_by END, CASE WHEN status = 'PENDING' THEN md5(recipient)::uuid END FROM updated WHERE status <> 'SENT'
     ON CONFLICT (id) DO UPDATE
     SET status = excluded.status, priority = excluded.priority, channel = excluded.channel,
         due_at = excluded.due_at, claim_expires_at = excluded.claim_expires_at,
-        recipient_digest = excluded.recipient_digest
-    WHERE (q.status, q.priority, q.channel, q.due_at, q.claim_expires_at, q.recipient_digest)
+        claimed_by = excluded.claimed_by, recipient_digest = excluded.recipient_digest
+    WHERE (q.status, q.priority, q.channel, q.due_at, q.claim_expires_at, q.claimed_by,
+           q.recipient_digest)
           IS DISTINCT FROM (excluded.status, excluded.priority, excluded.channel,
-                            excluded.due_at, excluded.claim_expires_at,
+                            excluded.due_at, excluded.claim_expires_at, excluded.claimed_by,
                             excluded.recipient_digest);
     RETURN NULL;
 END $function$;

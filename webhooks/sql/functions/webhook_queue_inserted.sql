@@ -5,8 +5,8 @@ CREATE OR REPLACE FUNCTION webhook_queue_inserted()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    INSERT INTO webhook_queue (id, client_id, state, next_attempt_at, created_at, claim_expires_at)
-    SELECT id, client_id, state, next_attempt_at, created_at, claim_expires_at FROM inserted WHERE state IN ('PENDING', 'DELIVERING');
+    INSERT INTO webhook_queue (id, client_id, state, next_attempt_at, created_at, claim_expires_at, claimed_by)
+    SELECT id, client_id, state, next_attempt_at, created_at, claim_expires_at, CASE WHEN state = 'DELIVERING' THEN claimed_by END FROM inserted WHERE state IN ('PENDING', 'DELIVERING');
     RETURN NULL;
 END $function$;
 

@@ -7,14 +7,15 @@ AS $function$
 BEGIN
     DELETE FROM webhook_queue
     WHERE id = ANY (ARRAY(SELECT id FROM updated WHERE state NOT IN ('PENDING', 'DELIVERING')));
-    INSERT INTO webhook_queue AS q (id, client_id, state, next_attempt_at, created_at, claim_expires_at)
-    SELECT id, client_id, state, next_attempt_at, created_at, claim_expires_at FROM updated WHERE state IN ('PENDING', 'DELIVERING')
+    INSERT INTO webhook_queue AS q (id, client_id, state, next_attempt_at, created_at, claim_expires_at, claimed_by)
+    SELECT id, client_id, state, next_attempt_at, created_at, claim_expires_at, CASE WHEN state = 'DELIVERING' THEN claimed_by END FROM updated WHERE state IN ('PENDING', 'DELIVERING')
     ON CONFLICT (id) DO UPDATE
     SET client_id = excluded.client_id, state = excluded.state,
-        next_attempt_at = excluded.next_attempt_at, claim_expires_at = excluded.claim_expires_at
-    WHERE (q.client_id, q.state, q.next_attempt_at, q.claim_expires_at)
+        next_attempt_at = excluded.next_attempt_at, claim_expires_at = excluded.claim_expires_at,
+        claimed_by = excluded.claimed_by
+    WHERE (q.client_id, q.state, q.next_attempt_at, q.claim_expires_at, q.claimed_by)
           IS DISTINCT FROM (excluded.client_id, excluded.state, excluded.next_attempt_at,
-                            excluded.claim_expires_at);
+                            excluded.claim_expires_at, excluded.claimed_by);
     RETURN NULL;
 END $function$;
 
