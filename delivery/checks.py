@@ -38,7 +38,6 @@ def worker_liveness_settings_check(app_configs, **kwargs) -> list[Error]:
     return errors
 
 
-
 @register()
 def priority_aging_check(app_configs, **kwargs) -> list[Error]:
     """NOTIFYQUEUE_PRIORITY_AGING_SECONDS is a period: 0 (aging off) or a finite positive
