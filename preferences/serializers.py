@@ -35,9 +35,16 @@ def _wall_time(value: str) -> str:
 
 
 class QuietWindowBody(serializers.Serializer):
-    start = TextField(max_length=5, validators=[_wall_time], help_text='Local time "HH:MM".')
+    # Not trimmed: a time is exactly "HH:MM", with no space or line separator around it.
+    start = TextField(
+        max_length=5,
+        trim_whitespace=False,
+        validators=[_wall_time],
+        help_text='Local time "HH:MM".',
+    )
     end = TextField(
         max_length=5,
+        trim_whitespace=False,
         validators=[_wall_time],
         help_text='Local time "HH:MM"; earlier than start: the window crosses midnight.',
     )
@@ -92,6 +99,7 @@ class PreferencesBody(RejectUnknownFieldsMixin, serializers.Serializer):
 
     timezone = TextField(
         max_length=TIMEZONE_MAX_LENGTH,
+        trim_whitespace=False,
         required=False,
         default="UTC",
         help_text="The user's IANA time zone (as PostgreSQL's time zone database knows it), "
