@@ -1,6 +1,7 @@
 """Notify Queue's benchmark, beside procrastinate and pgqueuer on one PostgreSQL.
 
-Ingest, drain, slow provider, fairness, aging, webhooks, latency and history, all in one command:
+Ingest, drain, quiet-hours release, slow provider, fairness, aging, webhooks, latency and
+history, all in one command:
 
     python3 dev.py bench [--quick] [--repeats 3] [--backlog 200000] [--large-backlog] ...
 
@@ -68,6 +69,7 @@ class Config:
     seconds: float
     backlog: int
     drain_rows: int
+    quiet_users: int
     history_rows: int
     slow_rows: int
     # A peer's drain is timed for at most this long (procrastinate drains slowly here).
@@ -111,6 +113,7 @@ SECTIONS = (
     "ingest",
     "batch",
     "drain",
+    "quiet",
     "slow",
     "fairness",
     "aging",
@@ -139,6 +142,12 @@ def config_parse(argv: list[str]) -> Config:
     )
     parser.add_argument(
         "--drain-rows", type=int, help="rows per drain run (default 20,000; quick 10,000)"
+    )
+    parser.add_argument(
+        "--quiet-users",
+        type=int,
+        help="users whose rows the quiet-hours run releases together (default 100,000; quick "
+        "20,000)",
     )
     parser.add_argument(
         "--history-rows",
@@ -220,6 +229,7 @@ def config_parse(argv: list[str]) -> Config:
         seconds=args.seconds or (3 if quick else 5),
         backlog=backlog,
         drain_rows=args.drain_rows or (10_000 if quick else 20_000),
+        quiet_users=args.quiet_users or (20_000 if quick else 100_000),
         history_rows=args.history_rows or backlog,
         slow_rows=1_000 if quick else 2_000,
         peer_drain_seconds=5 if quick else 10,
@@ -884,6 +894,48 @@ def notifications_insert(
     )
 
 
+def quiet_held_insert(conn: psycopg.Connection, client_id: str, prefix: str, count: int):
+    """`count` users of the client whose quiet hours (UTC) end at the same whole minute, one to
+    two minutes from now by the database's clock, each with one notification in preference
+    mode held by them until then (as the quiet-hours stage leaves a row), all in one commit.
+    Returns that minute."""
+    with conn.transaction():
+        (release_at,) = conn.execute(
+            "SELECT date_trunc('minute', notifyqueue_now() + interval '1 minute') "
+            "+ interval '1 minute'"
+        ).fetchone()
+        conn.execute(
+            """
+            INSERT INTO user_preferences (id, client_id, user_id, channels, addresses,
+                muted_events, disabled_channels, timezone, quiet_hours, created_at, updated_at)
+            SELECT gen_random_uuid(), %(client)s, %(prefix)s || '-u' || g, '["email"]',
+                   jsonb_build_object('email', %(prefix)s || '-' || g || '@example.com'),
+                   '[]', '[]', 'UTC',
+                   jsonb_build_array(jsonb_build_object(
+                       'start', to_char(%(at)s AT TIME ZONE 'UTC' - interval '8 hours', 'HH24:MI'),
+                       'end', to_char(%(at)s AT TIME ZONE 'UTC', 'HH24:MI'))),
+                   now(), now()
+              FROM generate_series(1, %(count)s) AS g
+            """,
+            {"client": client_id, "prefix": prefix, "count": count, "at": release_at},
+        )
+        conn.execute(
+            """
+            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                channel, recipient, subject, body, priority, metadata, fallback_channels,
+                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                created_at, updated_at, user_id, template, payload, quiet_held_since)
+            SELECT gen_random_uuid(), %(client)s, %(prefix)s || '-' || g, '', 'email',
+                   %(prefix)s || '-' || g || '@example.com', 'Hi', 'Body', 2, '{}', '[]',
+                   'PENDING', now(), %(at)s, 0, 6, 0, now(), now(), %(prefix)s || '-u' || g,
+                   'order_shipped', '{}', now()
+              FROM generate_series(1, %(count)s) AS g
+            """,
+            {"client": client_id, "prefix": prefix, "count": count, "at": release_at},
+        )
+    return release_at
+
+
 def queue_table_exists(conn: psycopg.Connection) -> bool:
     return conn.execute("SELECT to_regclass('notification_queue') IS NOT NULL").fetchone()[0]
 
@@ -1269,6 +1321,8 @@ class Bench:
             if "drain" in c.sections or "history" in c.sections:
                 for workers in (1, 2):
                     self.drain(r, workers)
+            if "quiet" in c.sections:
+                self.quiet_release(r)
             if "slow" in c.sections:
                 self.slow_provider(r)
             if "fairness" in c.sections:
@@ -1464,6 +1518,47 @@ class Bench:
             poll.close()
             f.peers.setdefault(system, []).append(got)
             log(f"  {system}: {got:,.0f}/s")
+
+    def quiet_release(self, r: int) -> None:
+        """The morning after quiet hours: `quiet_users` users, each with one notification
+        (preference mode) held by the user's quiet hours until the same moment, the window's
+        end, are released together and drained by 1 worker, whose send-time stages re-check
+        each row's preferences and quiet hours. The rows are written as the quiet-hours stage
+        leaves them (PENDING, held, due at the window's end) while the worker runs idle; the
+        rate counts from the first row gone, as the plain drain's does."""
+        c = self.config
+        f = self.figure(
+            "quiet-release",
+            f"drain of {c.quiet_users:,} users' rows released together at the end of their quiet "
+            f"hours, 1 worker process (concurrency {c.worker_concurrency}), simulated provider",
+            "notifications/s",
+            note="each row is a user's (preference mode): the drain reads the user's "
+            "preferences and quiet hours at send time; the ratio column compares with the "
+            "plain drain of 1 worker",
+        )
+        f.versus = "drain-1"
+        prefix = f"quiet{r}"
+        processes = workers_start(c, self.server, 1, until_empty=False)
+        workers_ready(self.server, processes)
+        with self.server.connect(DATABASES["ours"]) as conn:
+            release_at = quiet_held_insert(conn, self.client_id, prefix, c.quiet_users)
+            vacuum_analyze(conn)
+            conn.execute("VACUUM ANALYZE user_preferences")
+            (wait_s,) = conn.execute(
+                "SELECT extract(epoch FROM %s - notifyqueue_now())", [release_at]
+            ).fetchone()
+        log(f"  {c.quiet_users:,} rows held until {release_at:%H:%M:%S} UTC ({wait_s:.0f} s)")
+        self.server.checkpoint()
+        rate = drain_timed(lambda: self.rows.waiting(prefix), c.quiet_users, processes)
+        f.ours.append(rate)
+        log(f"{f.name}: {rate:,.0f}/s")
+        with self.server.connect(DATABASES["ours"]) as conn:
+            (early,) = conn.execute(
+                "SELECT count(*) FROM notification WHERE idempotency_key LIKE %s AND sent_at < %s",
+                [f"{prefix}-%", release_at],
+            ).fetchone()
+        if early:
+            self.problems.append(f"{early} rows held by quiet hours were sent before their end")
 
     def slow_provider(self, r: int) -> None:
         c = self.config
@@ -2105,6 +2200,7 @@ class Bench:
         and (simulated provider) one send."""
         delivered = (
             "drain%",
+            "quiet%",
             "slow%",
             "fair%",
             "fslow%quiet%",

@@ -143,6 +143,14 @@ class Held(Finished):
 
 
 @dataclass(frozen=True)
+class QuietHeld:
+    """A claim its user's quiet hours held: PENDING, its attempt returned, until `held_until`."""
+
+    id: uuid.UUID
+    held_until: datetime
+
+
+@dataclass(frozen=True)
 class Reclaimed:
     id: uuid.UUID
     status: str
@@ -244,6 +252,19 @@ class DeliveryRepository:
             circuits=[h.circuit for h in holds],
             cooldown_s=cooldown_s,
             max_hold_s=max_hold_s,
+        )
+
+    def notification_quiet_hold(self, claims: list[Claim]) -> list[QuietHeld]:
+        """Gives back, without using an attempt, the claims their users' quiet hours hold now
+        (one statement); returns those. The others go on (a stale token is simply absent)."""
+        if not claims:
+            return []
+        return SQL.rows(
+            "notification_quiet_hold",
+            row=QuietHeld,
+            ids=[c.id for c in claims],
+            tokens=[c.claim_token for c in claims],
+            channels=[c.channel for c in claims],
         )
 
     def notification_circuit_release(self, *, channel: str) -> int:

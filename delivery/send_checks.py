@@ -5,30 +5,33 @@ quiet hours, rate limit, circuit, send; the stages built here are those the prod
 Every stage but the circuit takes the claims that passed the one before and returns those
 that go on, each other one having ended here: its result handed to `end` (to be recorded with
 the step's others) or, for a database error, to `fail` (a failed attempt, nothing sent); the
-rate limit's deferrals are settled by its own statement. A new check is one more stage in
-`send_checks_build`, at its place in that order. The circuit comes last and per claim, just
-before its call, as its half-open probe admits the very call that follows it
-(`CircuitStage`); a claim it refuses is held, its attempt given back, with the step's other
-refusals in one statement (the worker's `_record_holds`).
+quiet-hours holds and the rate limit's deferrals are settled by their own statements. A new
+check is one more stage in `send_checks_build`, at its place in that order. The circuit comes
+last and per claim, just before its call, as its half-open probe admits the very call that
+follows it (`CircuitStage`); a claim it refuses is held, its attempt given back, with the
+step's other refusals in one statement (the worker's `_record_holds`).
 
-Invariants: the rate limit admits the whole claim in one statement (a row at a time only
-after that statement failed); a stage costs nothing per claim that it does not concern; no
-stage holds a lock or a transaction open after it returns.
+Invariants: the quiet hours and the rate limit each decide the whole claim in one statement (a
+row at a time only after that statement failed); a stage costs nothing per claim that it does
+not concern; no stage holds a lock or a transaction open after it returns; a claim held by
+quiet hours or deferred by the rate limit uses no attempt.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from django.db import DatabaseError
 
 from delivery.circuits.services import Allowed, Circuit, Refused
-from delivery.repositories import Claim, Finish
+from delivery.repositories import Claim, Finish, QuietHeld
 from delivery.services import Router, claim_recheck
 from delivery.upkeep import WindowPruner
 from monitoring.metrics import DELIVERY as metrics
+from notifyqueue.vocabulary import Priority
 from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
 from ratelimits.services import RateLimit, recipients_admit
 
@@ -44,6 +47,12 @@ class ClaimStage(Protocol):
         """The claims that go on to the next stage, in their order; each of the others ended
         here."""
         ...
+
+
+class QuietHolds(Protocol):
+    """What the quiet-hours stage asks of the database (`DeliveryRepository` is one)."""
+
+    def notification_quiet_hold(self, claims: list[Claim]) -> list[QuietHeld]: ...
 
 
 class SendChecks:
@@ -93,6 +102,64 @@ class PreferencesStage:
             self.end(rechecked)
             return None
         return rechecked
+
+
+class QuietHoursStage:
+    """A claim for a user (preference mode) that falls inside one of the user's quiet-hours
+    windows is held: given back PENDING, its attempt returned, due at the window's end in the
+    user's time zone, all decided in PostgreSQL by its clock and time zone database
+    (`notification_quiet_hold_many`). CRITICAL claims and claims with no user pass untouched
+    and cost nothing here."""
+
+    def __init__(
+        self,
+        *,
+        repository: QuietHolds,
+        fail: Fail,
+        held: Callable[[Claim, QuietHeld], None],
+    ) -> None:
+        self.repository = repository
+        self.fail = fail
+        self.held = held
+
+    def passing(self, claims: list[Claim]) -> list[Claim]:
+        concerned = [
+            claim
+            for claim in claims
+            if claim.user_id is not None and claim.priority != Priority.CRITICAL
+        ]
+        if not concerned:
+            return claims
+        try:
+            held = self.repository.notification_quiet_hold(concerned)
+            failed: set[uuid.UUID] = set()
+        except DatabaseError as exc:
+            held, failed = self._hold_one_by_one(concerned, exc)
+        by_id = {claim.id: claim for claim in concerned}
+        for row in held:
+            self.held(by_id[row.id], row)
+        ended = failed | {row.id for row in held}
+        return [claim for claim in claims if claim.id not in ended]
+
+    def _hold_one_by_one(
+        self, claims: list[Claim], exc: DatabaseError
+    ) -> tuple[list[QuietHeld], set[uuid.UUID]]:
+        """After the claim's statement failed (a passing error, or a user's zone the server no
+        longer knows): each claim on its own, so one bad row costs only its own attempt (a
+        failed attempt, nothing sent). The held rows, and the ids of the claims that failed."""
+        if len(claims) == 1:
+            self.fail(claims[0], exc)
+            return [], {claims[0].id}
+        log.warning("quiet hours of a claim of %d failed (%r); one by one", len(claims), exc)
+        held: list[QuietHeld] = []
+        failed: set[uuid.UUID] = set()
+        for claim in claims:
+            try:
+                held += self.repository.notification_quiet_hold([claim])
+            except DatabaseError as row_exc:
+                self.fail(claim, row_exc)
+                failed.add(claim.id)
+        return held, failed
 
 
 class RateLimitStage:
@@ -188,6 +255,8 @@ class CircuitStage:
 def send_checks_build(
     *,
     router: Router,
+    repository: QuietHolds,
+    quiet_held: Callable[[Claim, QuietHeld], None],
     rate_limit: RateLimit | None,
     rate_limits: RateLimitRepository,
     pruner: WindowPruner | None,
@@ -199,7 +268,8 @@ def send_checks_build(
     """The stages before the circuit, in the contract's order; without a rate limit
     (`rate_limit` None) that stage is left out."""
     stages: list[ClaimStage] = [
-        PreferencesStage(router=router, end=end, fail=fail, worker_id=worker_id)
+        PreferencesStage(router=router, end=end, fail=fail, worker_id=worker_id),
+        QuietHoursStage(repository=repository, fail=fail, held=quiet_held),
     ]
     if rate_limit is not None and pruner is not None:
         stages.append(

@@ -49,7 +49,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 
 from delivery.circuits.services import Allowed, Circuit, CircuitPolicy, Refused, circuits_register
 from delivery.providers.base import BatchProvider, Provider, ProviderResult, TemporaryFailure
-from delivery.repositories import Claim, DeliveryRepository, Finish, Finished, Hold
+from delivery.repositories import Claim, DeliveryRepository, Finish, Finished, Hold, QuietHeld
 from delivery.send_checks import CircuitStage, send_checks_build
 from delivery.sending import Sends, Sent, message_of
 from delivery.services import RetryPolicy, Router, attempt_finish, claim_release
@@ -169,6 +169,8 @@ class Worker:
         # then the circuit's per call.
         self.checks = send_checks_build(
             router=self.router,
+            repository=self.repository,
+            quiet_held=self._quiet_held,
             rate_limit=config.rate_limit,
             rate_limits=self.rate_limits,
             pruner=self.window_pruner,
@@ -504,6 +506,21 @@ class Worker:
 
     def _rate_limited(self) -> None:
         self._counts["RATE_LIMITED"] += 1
+
+    def _quiet_held(self, claim: Claim, held: QuietHeld) -> None:
+        """The user's quiet hours held the claim: PENDING until the window's end, no attempt
+        used (settled by the stage's statement)."""
+        self._counts["QUIET_HOURS_HELD"] += 1
+        metrics.quiet_hours_held(channel=claim.channel)
+        log.debug(
+            "quiet hours notification=%s client=%s channel=%s status=PENDING held_until=%s "
+            "worker=%s",
+            claim.id,
+            claim.client_id,
+            claim.channel,
+            held.held_until.isoformat(),
+            self.worker_id,
+        )
 
     # --- ending a claim -------------------------------------------------------------------
 

@@ -53,6 +53,16 @@ class QueueCollector:
         for status, count in sorted(snapshot.final_estimates.items()):
             estimated.add_metric([status], count)
         yield estimated
+        held = GaugeMetricFamily(
+            "notifyqueue_notifications_held",
+            "PENDING notifications held past their own time, by held_reason: rate_limit (the "
+            "recipient's rate limit), circuit_open (the provider's open circuit), quiet_hours "
+            "(the user's quiet hours). Exact, from each reason's partial index.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(snapshot.held.items()):
+            held.add_metric([reason], count)
+        yield held
         yield GaugeMetricFamily(
             "notifyqueue_queue_oldest_overdue_seconds",
             "How long the longest-due PENDING notification has been due (0 when none is).",

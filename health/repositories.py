@@ -114,6 +114,9 @@ class QueueSnapshot(Liveness):
     final_estimates: dict[str, int] = field(default_factory=dict)
     webhook_backlog: dict[str, int] = field(default_factory=dict)
     webhook_oldest_overdue_s: float = 0.0
+    # held_reason -> PENDING rows held past their own time for it (rate_limit, circuit_open,
+    # quiet_hours).
+    held: dict[str, int] = field(default_factory=dict)
 
     @property
     def dead_lettered(self) -> int:
@@ -132,6 +135,12 @@ class _StatusCount:
 @dataclass(frozen=True)
 class _StateCount:
     state: str
+    count: int
+
+
+@dataclass(frozen=True)
+class _HeldCount:
+    reason: str
     count: int
 
 
@@ -211,12 +220,17 @@ class HealthRepository:
                 lambda: SQL.rows("webhook_backlog", row=_StateCount, using=using),
             )
             webhook_due = SQL.scalar("webhook_oldest_due", using=using, now=now)
+            held = self.counts.read(
+                (alias, "held_by_reason"),
+                lambda: SQL.rows("held_by_reason", row=_HeldCount, using=using),
+            )
         return QueueSnapshot(
             **vars(live),
             depth={(d.status, Priority(d.priority).name): d.count for d in depth},
             final_estimates={e.status: e.count for e in estimates},
             webhook_backlog={b.state: b.count for b in backlog},
             webhook_oldest_overdue_s=_seconds_since(webhook_due, now),
+            held={h.reason: h.count for h in held},
         )
 
     def circuits(self) -> list[CircuitReading]:

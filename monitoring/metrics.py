@@ -50,6 +50,11 @@ RATE_LIMIT_DEFERRALS = Counter(
     "Claims given back because the recipient was at its rate limit (no attempt used).",
     ["channel"],
 )
+QUIET_HOURS_HOLDS = Counter(
+    "notifyqueue_quiet_hours_holds",
+    "Claims given back because their user's quiet hours held them (no attempt used).",
+    ["channel"],
+)
 WEBHOOK_DELIVERIES = Counter(
     "notifyqueue_webhook_deliveries",
     "Webhook POSTs recorded, by attempt outcome and the event's resulting state.",
@@ -169,6 +174,10 @@ class DeliveryMetrics:
     def rate_limit_deferred(self, *, channel: str) -> None:
         """A claim given back by the rate limit (it settles its own row, never a Finish)."""
         RATE_LIMIT_DEFERRALS.labels(channel=channel).inc()
+
+    def quiet_hours_held(self, *, channel: str) -> None:
+        """A claim given back by its user's quiet hours (settled by its own statement)."""
+        QUIET_HOURS_HOLDS.labels(channel=channel).inc()
 
 
 DELIVERY = DeliveryMetrics()

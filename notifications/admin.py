@@ -26,7 +26,14 @@ from django.utils.html import format_html
 
 from monitoring.paginators import EstimatedCountPaginator
 from notifications import retries, services
-from notifications.models import QUEUED_STATUSES, Notification, Status, held_reason_of, recipient_is
+from notifications.models import (
+    QUEUED_STATUSES,
+    HeldReason,
+    Notification,
+    Status,
+    held_reason_of,
+    recipient_is,
+)
 from notifyqueue.admin import ReadOnlyAdmin
 
 
@@ -62,6 +69,29 @@ class StatusFilter(admin.SimpleListFilter):
         return queryset
 
 
+class HeldFilter(admin.SimpleListFilter):
+    """PENDING rows held past their own time, by reason. Each reason's mark has a partial
+    index holding only marked rows (notification_rate_held, notification_circuit_held,
+    notification_quiet_held), so the filter reads the held rows, not the table."""
+
+    title = "held"
+    parameter_name = "held"
+    _MARKS = {
+        HeldReason.RATE_LIMIT: "rate_deferred_from",
+        HeldReason.CIRCUIT_OPEN: "circuit_held_since",
+        HeldReason.QUIET_HOURS: "quiet_held_since",
+    }
+
+    def lookups(self, request, model_admin):
+        return HeldReason.choices
+
+    def queryset(self, request, queryset):
+        mark = self._MARKS.get(self.value())
+        if mark is None:
+            return queryset
+        return queryset.filter(**{f"{mark}__isnull": False, "status": Status.PENDING})
+
+
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
     list_display = (
@@ -74,10 +104,11 @@ class NotificationAdmin(ReadOnlyAdmin):
         "attempts",
         "operator_retries",
         "due_at",
+        "held",
         "created_at",
         "last_error_short",
     )
-    list_filter = (StatusFilter, "channel", "priority", "client", "created_at")
+    list_filter = (StatusFilter, HeldFilter, "channel", "priority", "client", "created_at")
     list_select_related = ("client",)
     # The order of the indexes notification_recent and notification_client_list, so each
     # filter reads its index in order; filtered by a queued status, the same order read from
@@ -162,11 +193,20 @@ class NotificationAdmin(ReadOnlyAdmin):
             status=obj.status,
             rate_deferred_from=obj.rate_deferred_from,
             circuit_held_since=obj.circuit_held_since,
+            quiet_held_since=obj.quiet_held_since,
         )
 
     @admin.display(description="held until")
     def held_until(self, obj: Notification):
         return obj.due_at if self.held_reason(obj) is not None else None
+
+    @admin.display(description="held")
+    def held(self, obj: Notification) -> str:
+        """The list's column: why and until when a PENDING row is held; empty if it is not."""
+        reason = self.held_reason(obj)
+        if reason is None:
+            return ""
+        return f"{reason} until {timezone.localtime(obj.due_at):%Y-%m-%d %H:%M:%S %Z}"
 
     # Read-only (ReadOnlyAdmin): the queue's statements are the only writers, and deleting
     # would take the attempts and webhook events with it; rows are the record.

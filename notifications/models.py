@@ -84,19 +84,27 @@ class HeldReason(models.TextChoices):
 
     RATE_LIMIT = "rate_limit"  # its recipient's rate limit deferred it to a free slot
     CIRCUIT_OPEN = "circuit_open"  # its provider's circuit was open: the provider's probe time
+    QUIET_HOURS = "quiet_hours"  # its user's quiet hours: the window's end, in the user's time
 
 
 def held_reason_of(
-    *, status: str, rate_deferred_from: object | None, circuit_held_since: object | None
+    *,
+    status: str,
+    rate_deferred_from: object | None,
+    circuit_held_since: object | None,
+    quiet_held_since: object | None = None,
 ) -> str | None:
     """Why a row waits past its own time: only a PENDING row is held, by a rate-limit deferral
-    (rate_deferred_from set) or its provider's open circuit (circuit_held_since set)."""
+    (rate_deferred_from set), its provider's open circuit (circuit_held_since set) or its
+    user's quiet hours (quiet_held_since set). Each hold clears the others' marks."""
     if status != Status.PENDING:
         return None
     if rate_deferred_from is not None:
         return HeldReason.RATE_LIMIT.value
     if circuit_held_since is not None:
         return HeldReason.CIRCUIT_OPEN.value
+    if quiet_held_since is not None:
+        return HeldReason.QUIET_HOURS.value
     return None
 
 
@@ -144,6 +152,10 @@ class Notification(models.Model):
     # the holds of one outage, so that NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS counts from the
     # first; cleared by the next attempt's result or the dead-lettering at the maximum hold.
     circuit_held_since = models.DateTimeField(null=True, blank=True)
+    # Set while the row is held by its user's quiet hours (the send-time stage found it inside
+    # a window, so it gave the attempt back): when the hold began. Cleared when the row next
+    # passes the stage, or when a change of the user's time zone or windows lets it go.
+    quiet_held_since = models.DateTimeField(null=True, blank=True)
     attempt_count = DomainPositiveIntegerField(default=0, domain="notification_count")
     max_attempts = DomainPositiveIntegerField(domain="notification_count")
     last_error = models.TextField(null=True, blank=True)
@@ -196,8 +208,9 @@ class Notification(models.Model):
             # due time, claim, attempts), so those updates are HOT when the page has room
             # (fillfactor 50): they write no index entry of this wide table.
             # Only the rarer updates are not: a fallback to another channel (a new recipient),
-            # a rate-limit deferral (rate_deferred_from), and a circuit hold and the result
-            # that ends it (circuit_held_since). Every look-up by status or due time reads
+            # a rate-limit deferral (rate_deferred_from), a circuit hold and the result
+            # that ends it (circuit_held_since), and a quiet-hours hold and the claim that
+            # passes it (quiet_held_since). Every look-up by status or due time reads
             # NotificationQueue instead.
             # A client's listing, newest first.
             models.Index(fields=["client", "-created_at", "-id"], name="notification_client_list"),
@@ -233,6 +246,15 @@ class Notification(models.Model):
                 fields=["channel"],
                 name="notification_circuit_held",
                 condition=Q(circuit_held_since__isnull=False),
+            ),
+            # The rows a user's quiet hours hold, by (client, user): what a change of the
+            # user's time zone or windows re-times (the trigger
+            # user_preferences_quiet_hours_changed), and what /metrics counts. Only held rows
+            # have an entry, so that costs the user's held rows, not the backlog.
+            models.Index(
+                fields=["client", "user_id"],
+                name="notification_quiet_held",
+                condition=Q(quiet_held_since__isnull=False),
             ),
             # The admin's search by idempotency key across every client (the unique index
             # leads with client_id, so it cannot serve a search without one).

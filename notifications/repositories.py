@@ -98,6 +98,7 @@ class NotificationRecord:
     # the creates (a row just created is held by nothing).
     rate_deferred_from: datetime | None = None
     circuit_held_since: datetime | None = None
+    quiet_held_since: datetime | None = None
 
     def __post_init__(self) -> None:
         # The column is a smallint; the record carries the Priority it stands for.
@@ -111,16 +112,18 @@ class NotificationRecord:
             status=self.status,
             rate_deferred_from=self.rate_deferred_from,
             circuit_held_since=self.circuit_held_since,
+            quiet_held_since=self.quiet_held_since,
         )
 
     @property
     def held_until(self) -> datetime | None:
-        """When a held row is next due (the rate-limit slot, or the circuit's probe time)."""
+        """When a held row is next due (the rate-limit slot, the circuit's probe time, or the
+        end of the user's quiet hours)."""
         return self.due_at if self.held_reason is not None else None
 
 
 # The columns that hold a row back, read only by the reads that show `held_reason`.
-HOLD_FIELDS = ("rate_deferred_from", "circuit_held_since")
+HOLD_FIELDS = ("rate_deferred_from", "circuit_held_since", "quiet_held_since")
 # The record's columns as the create statements answer them, in order.
 RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord) if f.name not in HOLD_FIELDS)
 

@@ -216,6 +216,22 @@ GET = extend_schema(
             response_only=True,
             status_codes=[200],
         ),
+        OpenApiExample(
+            "Held by its user's quiet hours",
+            value={
+                **EXAMPLE_NOTIFICATION,
+                "channel": "email",
+                "recipient": "ada@example.com",
+                "user_id": "ada",
+                "template": "order_shipped",
+                "send_at": "2026-12-07T22:10:00.000Z",
+                "updated_at": "2026-12-07T22:10:00.180Z",
+                "held_until": "2026-12-08T06:30:00Z",
+                "held_reason": "quiet_hours",
+            },
+            response_only=True,
+            status_codes=[200],
+        ),
     ],
 )
 

@@ -462,18 +462,20 @@ class NotificationOutput(serializers.Serializer):
         allow_null=True,
         help_text=(
             "A PENDING notification held back: when it is next due (its recipient's next free "
-            "rate-limit slot, or its provider's probe time while the provider's circuit is "
-            "open). Null otherwise."
+            "rate-limit slot, its provider's probe time while the provider's circuit is open, "
+            "or the end of its user's quiet hours in the user's time zone). Null otherwise."
         ),
     )
     held_reason = serializers.ChoiceField(
         choices=HeldReason.values,
         allow_null=True,
         help_text=(
-            "Why it is held: `rate_limit` (its recipient's rate limit) or `circuit_open` (its "
+            "Why it is held: `rate_limit` (its recipient's rate limit), `circuit_open` (its "
             "provider is failing; no attempt is used while it waits, for at most "
-            "NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS, after which it is DEAD_LETTERED). Null "
-            "when not held."
+            "NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS, after which it is DEAD_LETTERED) or "
+            "`quiet_hours` (it fell due inside one of its user's quiet-hours windows; no "
+            "attempt is used; it goes at the window's end, and a change of the user's time "
+            "zone or windows applies at once). Null when not held."
         ),
     )
 

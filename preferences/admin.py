@@ -13,7 +13,15 @@ from preferences.models import UserPreferences
 
 @admin.register(UserPreferences)
 class UserPreferencesAdmin(NoAddOrChange, admin.ModelAdmin):
-    list_display = ("user_id", "client", "channels", "disabled_channels", "updated_at")
+    list_display = (
+        "user_id",
+        "client",
+        "channels",
+        "disabled_channels",
+        "timezone",
+        "quiet_hours",
+        "updated_at",
+    )
     list_filter = ("client",)
     list_select_related = ("client",)
     search_fields = ("=user_id",)
@@ -29,6 +37,8 @@ class UserPreferencesAdmin(NoAddOrChange, admin.ModelAdmin):
         "addresses",
         "muted_events",
         "disabled_channels",
+        "timezone",
+        "quiet_hours",
         "created_at",
         "updated_at",
     )

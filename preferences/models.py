@@ -4,6 +4,10 @@
 fallbacks, in that order. The in-app channel's address is the user id itself, so it is never
 stored in `addresses`.
 
+Quiet hours are windows of the user's local wall-clock time (`timezone`, `quiet_hours`) in
+which a notification for the user waits; the delivery worker's quiet-hours stage holds it until
+the window's end (`quiet_hours_until`, this app's SQL function, decides when that is).
+
 The in-app inbox (the in_app channel's messages) is this app's table, which it serves over
 HTTP. Invariant: an inbox message exists only for a SENT in-app notification; the worker's
 finish (delivery's `notification_finish_many`) writes it in the statement that marks it SENT.
@@ -15,6 +19,9 @@ from django.db import models
 from django.db.models import Q
 
 from notifyqueue.vocabulary import USER_ID_MAX_LENGTH
+
+# The longest IANA zone name is 32 characters (America/Argentina/ComodRivadavia).
+TIMEZONE_MAX_LENGTH = 64
 
 
 class UserPreferences(models.Model):
@@ -28,6 +35,12 @@ class UserPreferences(models.Model):
     addresses = models.JSONField(default=dict, help_text="Channel to address (not in_app).")
     muted_events = models.JSONField(default=list)
     disabled_channels = models.JSONField(default=list)
+    # The user's local time: an IANA zone name as PostgreSQL's time zone database spells it
+    # (pg_timezone_names), which alone turns wall-clock times into instants (quiet_hours_until).
+    timezone = models.CharField(max_length=TIMEZONE_MAX_LENGTH, default="UTC", db_default="UTC")
+    # Windows of local wall-clock time in which nothing but CRITICAL goes out:
+    # [{"start": "22:00", "end": "07:30", "channels": ["email"]}], "channels" left out for all.
+    quiet_hours = models.JSONField(default=list, db_default=[], blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

@@ -5,7 +5,10 @@ Invariants protected here:
   document is replaced at once, so a reader never sees half of an update;
 - every read and write is scoped to the client (and the user): another client's preferences
   or inbox messages are never returned or changed;
-- marking an inbox message read is idempotent and keeps the first read time.
+- marking an inbox message read is idempotent and keeps the first read time;
+- a time zone is known when PostgreSQL's time zone database lists it (pg_timezone_names): the
+  database that turns quiet hours' wall-clock times into instants is the one that vouches for
+  the name.
 
 Everything returned is a frozen dataclass (or a list of them), never a QuerySet.
 """
@@ -13,6 +16,7 @@ Everything returned is a frozen dataclass (or a list of them), never a QuerySet.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -26,6 +30,23 @@ SQL = Queries(Path(__file__).with_name("sql") / "preferences.sql")
 
 
 @dataclass(frozen=True)
+class QuietWindow:
+    """A window of the user's local wall-clock time ("HH:MM"); start later than end crosses
+    midnight. `channels` None: every channel."""
+
+    start: str
+    end: str
+    channels: tuple[str, ...] | None = None
+
+    def document(self) -> dict[str, Any]:
+        """The window as stored and shown: "channels" left out when it means every channel."""
+        window: dict[str, Any] = {"start": self.start, "end": self.end}
+        if self.channels is not None:
+            window["channels"] = list(self.channels)
+        return window
+
+
+@dataclass(frozen=True)
 class PreferencesRecord:
     client_id: uuid.UUID
     user_id: str
@@ -35,6 +56,8 @@ class PreferencesRecord:
     disabled_channels: tuple[str, ...]
     created_at: datetime
     updated_at: datetime
+    timezone: str = "UTC"
+    quiet_hours: tuple[QuietWindow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +99,8 @@ class _PreferencesRow:
     disabled_channels: list[str]
     created_at: datetime
     updated_at: datetime
+    timezone: str
+    quiet_hours: list[dict[str, Any]]
     # Only preferences_upsert returns it: True when the statement inserted the row.
     created: bool = False
 
@@ -89,10 +114,39 @@ class _PreferencesRow:
             disabled_channels=tuple(self.disabled_channels),
             created_at=self.created_at,
             updated_at=self.updated_at,
+            timezone=self.timezone,
+            quiet_hours=tuple(
+                QuietWindow(
+                    start=window["start"],
+                    end=window["end"],
+                    channels=None if window.get("channels") is None else tuple(window["channels"]),
+                )
+                for window in self.quiet_hours
+            ),
         )
 
 
 _PREFERENCES_COLUMNS = tuple(f.name for f in fields(PreferencesRecord))
+
+
+class TimezoneNames:
+    """PostgreSQL's time zone names, read once per process (pg_timezone_names takes ~15 ms):
+    each name's lower case to its spelling there. A server upgraded to a newer time zone
+    database is seen by processes started after it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: dict[str, str] | None = None
+
+    def spelling(self, name: str) -> str | None:
+        """The zone's name as PostgreSQL spells it; None when PostgreSQL knows no such zone."""
+        with self._lock:
+            if self._names is None:
+                self._names = {zone.lower(): zone for zone in SQL.scalars("timezone_names")}
+            return self._names.get(name.lower())
+
+
+TIMEZONES = TimezoneNames()
 
 
 class PreferencesRepository:
@@ -105,9 +159,13 @@ class PreferencesRepository:
         addresses: dict[str, str],
         muted_events: list[str],
         disabled_channels: list[str],
+        timezone: str,
+        quiet_hours: list[QuietWindow],
         now: datetime,
     ) -> tuple[PreferencesRecord, bool]:
-        """Replaces the user's preferences; the flag is True when there were none before."""
+        """Replaces the user's preferences; the flag is True when there were none before. A
+        change of time zone or quiet hours re-times the user's held notifications in the same
+        statement (the trigger `user_preferences_quiet_hours_changed`)."""
         upserted = SQL.row(
             "preferences_upsert",
             row=_PreferencesRow,
@@ -117,9 +175,14 @@ class PreferencesRepository:
             addresses=json.dumps(addresses),
             muted_events=json.dumps(muted_events),
             disabled_channels=json.dumps(disabled_channels),
+            timezone=timezone,
+            quiet_hours=json.dumps([window.document() for window in quiet_hours]),
             now=now,
         )
         return upserted.record(), upserted.created
+
+    def timezone_spelling(self, name: str) -> str | None:
+        return TIMEZONES.spelling(name)
 
     def get(self, *, client_id: uuid.UUID, user_id: str) -> PreferencesRecord | None:
         values = (

@@ -7,12 +7,12 @@ Which channel carries a notification, at create and again at send, is in
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from notifyqueue.errors import InvalidRequest, NotFound
 from notifyqueue.vocabulary import Channel
-from preferences.repositories import PreferencesRecord, PreferencesRepository
+from preferences.repositories import PreferencesRecord, PreferencesRepository, QuietWindow
 from preferences.routing import PreferenceStore
 
 
@@ -27,6 +27,9 @@ class PreferencesInput:
     addresses: dict[str, str]
     muted_events: list[str]
     disabled_channels: list[str]
+    # An IANA zone name, checked against PostgreSQL's time zone database by `preferences_put`.
+    timezone: str = "UTC"
+    quiet_hours: list[QuietWindow] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,15 @@ def preferences_put(
     now: datetime,
     repository: PreferencesRepository | None = None,
 ) -> PreferencesSaved:
-    """Replaces the user's preferences. In-flight notifications follow them at send time."""
+    """Replaces the user's preferences. In-flight notifications follow them at send time; a
+    notification held by quiet hours is re-timed to the new ones at once (sent now if none
+    holds it any more). The time zone is stored as PostgreSQL's time zone database spells it;
+    one that database does not know is a 400."""
     repository = repository or PreferencesRepository()
+    zone = repository.timezone_spelling(preferences.timezone)
+    if zone is None:
+        message = "Not a time zone PostgreSQL knows: an IANA name such as Europe/Berlin."
+        raise InvalidRequest(f"timezone: {message}", fields={"timezone": [message]})
     addresses = dict(preferences.addresses)
     in_app = addresses.pop(Channel.IN_APP, None)
     if in_app is not None and in_app != user_id:
@@ -57,6 +67,8 @@ def preferences_put(
         addresses=addresses,
         muted_events=preferences.muted_events,
         disabled_channels=preferences.disabled_channels,
+        timezone=zone,
+        quiet_hours=preferences.quiet_hours,
         now=now,
     )
     return PreferencesSaved(preferences=record, created=created)

@@ -43,6 +43,11 @@ EXAMPLE_PREFERENCES = {
     "addresses": {"push": "fcm-token-8f2a91c3", "email": "ada@example.com"},
     "muted_events": ["newsletter"],
     "disabled_channels": ["sms"],
+    "timezone": "Europe/Berlin",
+    "quiet_hours": [
+        {"start": "22:00", "end": "07:30"},
+        {"start": "12:00", "end": "13:00", "channels": ["push"]},
+    ],
 }
 EXAMPLE_MESSAGE = {
     "id": "5b1f0a9e-3c2d-4e8f-9a7b-6c5d4e3f2a10",
@@ -98,7 +103,15 @@ class PreferencesView(APIView):
             "`channels` is the user's order: a create in preference mode goes out on the first "
             "channel that is not disabled, has an address and has a template for the event, "
             "and falls back to the next ones in this order. Changes also apply to "
-            "notifications already waiting: each is re-checked just before it is sent."
+            "notifications already waiting: each is re-checked just before it is sent.\n\n"
+            "`quiet_hours` are windows of the user's local wall-clock time in `timezone` (an "
+            "IANA name; default UTC): a notification for this user (preference mode) that "
+            "falls due inside a window stays PENDING with `held_reason` `quiet_hours` and "
+            "`held_until` the window's end, read in the user's zone on that day (a daylight-"
+            "saving change included: a window ending at a time the clocks skip ends when they "
+            "skip it). CRITICAL notifications, and those sent to a direct recipient, ignore "
+            "quiet hours. A new time zone or new windows apply at once to what is held: a "
+            "notification whose window was removed goes now."
         ),
         parameters=[USER_ID],
         request=PreferencesBody,
@@ -116,6 +129,31 @@ class PreferencesView(APIView):
                     "invalid_request",
                     "addresses: email: Not a valid email address.",
                     {"addresses": {"email": ["Not a valid email address."]}},
+                ),
+                response_only=True,
+                status_codes=[400],
+            ),
+            OpenApiExample(
+                "A window that starts where it ends",
+                value=error_body(
+                    "invalid_request",
+                    "quiet_hours: 0: end: Must differ from start.",
+                    {"quiet_hours": {"0": {"end": ["Must differ from start."]}}},
+                ),
+                response_only=True,
+                status_codes=[400],
+            ),
+            OpenApiExample(
+                "Unknown time zone",
+                value=error_body(
+                    "invalid_request",
+                    "timezone: Not a time zone PostgreSQL knows: an IANA name such as "
+                    "Europe/Berlin.",
+                    {
+                        "timezone": [
+                            "Not a time zone PostgreSQL knows: an IANA name such as Europe/Berlin."
+                        ]
+                    },
                 ),
                 response_only=True,
                 status_codes=[400],

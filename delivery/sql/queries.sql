@@ -59,6 +59,13 @@ FROM notification_circuit_hold_many(
     %(ids)s::uuid[], %(tokens)s::uuid[], %(circuits)s::text[], %(cooldown_s)s::float8,
     %(max_hold_s)s::float8);
 
+-- name: notification_quiet_hold
+-- Claims for users whose quiet hours hold them now (delivery/sql/functions/
+-- notification_quiet_hold_many.sql): each goes back PENDING, its attempt returned, due at the
+-- end of its window by the user's time zone; the others go on. Answers the held rows.
+SELECT id, held_until
+FROM notification_quiet_hold_many(%(ids)s::uuid[], %(tokens)s::uuid[], %(channels)s::text[]);
+
 -- name: notification_circuit_release
 -- A circuit closed: its channel's held rows are due now (notification_circuit_release.sql).
 SELECT notification_circuit_release(%(channel)s::text);

@@ -51,6 +51,24 @@ SELECT min(head.due_at)
          LIMIT 1
        ) AS head;
 
+-- name: held_by_reason
+-- PENDING rows held past their own time, by the reason the API shows (held_reason_of: a rate
+-- limit's mark first, then a circuit's, then quiet hours'). Each count reads the partial index
+-- that holds only rows with that mark (notification_rate_held, notification_circuit_held,
+-- notification_quiet_held), so its cost is the held rows', not the backlog's or the history's.
+SELECT 'rate_limit' AS reason, count(*) AS count
+  FROM notification
+ WHERE rate_deferred_from IS NOT NULL AND status = 'PENDING'
+UNION ALL
+SELECT 'circuit_open', count(*)
+  FROM notification
+ WHERE circuit_held_since IS NOT NULL AND rate_deferred_from IS NULL AND status = 'PENDING'
+UNION ALL
+SELECT 'quiet_hours', count(*)
+  FROM notification
+ WHERE quiet_held_since IS NOT NULL AND circuit_held_since IS NULL
+   AND rate_deferred_from IS NULL AND status = 'PENDING';
+
 -- name: webhook_backlog
 -- Each count reads one partial index of webhook_queue, the events not yet final
 -- (webhook_queue_due, webhook_queue_claim_expiry).

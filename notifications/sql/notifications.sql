@@ -145,7 +145,7 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
        created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
-       circuit_held_since
+       circuit_held_since, quiet_held_since
   FROM notification
  WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s;
 
@@ -159,7 +159,7 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
        created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
-       circuit_held_since
+       circuit_held_since, quiet_held_since
   FROM notification
  WHERE id = %(id)s
    AND (%(client_id)s::uuid IS NULL OR client_id = %(client_id)s::uuid);
@@ -168,9 +168,11 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
 -- Only a PENDING row changes. A worker's claim takes the same row lock and also requires
 -- PENDING, so exactly one of the two wins; the other sees zero rows. A row a rate-limit
 -- deferral held back is held no longer: it leaves notification_rate_held, whose rows each
--- admission of the recipient would otherwise find and look through for ever.
+-- admission of the recipient would otherwise find and look through for ever (and a row quiet
+-- hours held leaves notification_quiet_held).
 UPDATE notification
-   SET status = 'CANCELLED', rate_deferred_from = NULL, updated_at = %(now)s
+   SET status = 'CANCELLED', rate_deferred_from = NULL, quiet_held_since = NULL,
+       updated_at = %(now)s
  WHERE id = %(id)s
    AND client_id = %(client_id)s
    AND status = 'PENDING'

@@ -357,3 +357,22 @@ def test_dead_letter_filter_reads_the_queue_status_index(superuser):
     assert "queue_status" in plan, plan
     assert "Seq Scan on notification " not in plan, plan
     assert "Sort" not in plan, plan
+
+
+def test_held_rows_show_their_reason_and_time_and_filter_by_reason(superuser):
+    later = timezone.now() + timedelta(hours=7)
+    quiet = NotificationFactory(due_at=later, quiet_held_since=timezone.now(), user_id="u-1")
+    rate = NotificationFactory(due_at=later, rate_deferred_from=timezone.now())
+    circuit = NotificationFactory(due_at=later, circuit_held_since=timezone.now())
+    plain = NotificationFactory()
+    # Marked, but no longer PENDING: not held.
+    NotificationFactory(status=Status.SENT, quiet_held_since=timezone.now())
+
+    page = superuser.get(LIST).content.decode()
+    assert "quiet_hours until" in page and "rate_limit until" in page
+    assert "circuit_open until" in page
+    for reason, row in (("quiet_hours", quiet), ("rate_limit", rate), ("circuit_open", circuit)):
+        assert listed(superuser.get(LIST, {"held": reason})) == {row.pk}
+    assert plain.pk in listed(superuser.get(LIST))
+    shown = superuser.get(detail(quiet)).content.decode()
+    assert "quiet_hours" in shown

@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 
 from django.db import OperationalError
 
-from delivery.repositories import Claim, Finish
+from delivery.repositories import Claim, Finish, QuietHeld
 from delivery.send_checks import (
     CircuitStage,
     PreferencesStage,
+    QuietHoursStage,
     RateLimitStage,
     SendChecks,
     send_checks_build,
@@ -92,6 +93,21 @@ class Limits:
         return Deferred(LATER)
 
 
+class QuietHours:
+    """Holds the claims of `quiet` users until LATER; fails every statement with `error`, or
+    only those that include a claim of a `broken` user."""
+
+    def __init__(self, quiet=frozenset(), error=None, broken=frozenset()) -> None:
+        self.quiet, self.error, self.broken = quiet, error, broken
+        self.calls: list[list[uuid.UUID]] = []
+
+    def notification_quiet_hold(self, claims):
+        self.calls.append([c.id for c in claims])
+        if self.error or any(c.user_id in self.broken for c in claims):
+            raise self.error or OperationalError("time zone not recognized")
+        return [QuietHeld(id=c.id, held_until=LATER) for c in claims if c.user_id in self.quiet]
+
+
 def rate_limit_stage(limits: Limits, ended: Ended) -> tuple[RateLimitStage, WindowPruner]:
     pruner = WindowPruner(repository=limits, window_s=60, batch=3)
     stage = RateLimitStage(
@@ -122,15 +138,69 @@ def test_the_stages_run_in_order_each_over_what_the_one_before_let_through():
     assert seen == [("first", ["a", "b", "c"]), ("second", ["b", "c"])]
 
 
-def test_the_checks_are_preferences_then_the_rate_limit_and_without_a_limit_preferences_only():
+def test_the_checks_are_preferences_quiet_hours_then_the_rate_limit_in_the_contracts_order():
     ended = Ended()
-    common = {"router": Router(), "rate_limits": Limits(), "worker_id": "w"}
-    callbacks = {"end": ended.end, "fail": ended.fail, "deferred": ended.defer}
+    common = {
+        "router": Router(),
+        "rate_limits": Limits(),
+        "repository": QuietHours(),
+        "worker_id": "w",
+    }
+    callbacks = {
+        "end": ended.end,
+        "fail": ended.fail,
+        "deferred": ended.defer,
+        "quiet_held": lambda claim, held: None,
+    }
     pruner = WindowPruner(repository=Limits(), window_s=60, batch=3)
     limited = send_checks_build(rate_limit=RateLimit(10, 60), pruner=pruner, **common, **callbacks)
-    assert [type(s) for s in limited.stages] == [PreferencesStage, RateLimitStage]
+    assert [type(s) for s in limited.stages] == [PreferencesStage, QuietHoursStage, RateLimitStage]
     unlimited = send_checks_build(rate_limit=None, pruner=None, **common, **callbacks)
-    assert [type(s) for s in unlimited.stages] == [PreferencesStage]
+    assert [type(s) for s in unlimited.stages] == [PreferencesStage, QuietHoursStage]
+
+
+def quiet_stage(quiet_hours: QuietHours, ended: Ended):
+    held: list[tuple[Claim, QuietHeld]] = []
+    stage = QuietHoursStage(
+        repository=quiet_hours, fail=ended.fail, held=lambda c, h: held.append((c, h))
+    )
+    return stage, held
+
+
+def test_quiet_hours_decide_a_whole_claim_in_one_call_and_hold_only_the_quiet_users_rows():
+    quiet_hours, ended = QuietHours(quiet=frozenset({"night-owl"})), Ended()
+    stage, held = quiet_stage(quiet_hours, ended)
+    claims = [claim(user_id="early-bird"), claim(user_id="night-owl"), claim(user_id="x")]
+    assert stage.passing(claims) == [claims[0], claims[2]]
+    assert quiet_hours.calls == [[c.id for c in claims]]
+    assert held == [(claims[1], QuietHeld(id=claims[1].id, held_until=LATER))]
+
+
+def test_critical_claims_and_direct_recipients_pass_quiet_hours_without_a_statement():
+    quiet_hours, ended = QuietHours(error=AssertionError("asked")), Ended()
+    stage, held = quiet_stage(quiet_hours, ended)
+    claims = [claim(), claim(user_id="night-owl", priority=0)]
+    assert stage.passing(claims) == claims
+    assert quiet_hours.calls == [] and held == []
+
+
+def test_a_failed_quiet_hours_statement_costs_only_the_row_that_fails_alone():
+    quiet_hours, ended = QuietHours(quiet=frozenset({"q"}), broken=frozenset({"bad"})), Ended()
+    stage, held = quiet_stage(quiet_hours, ended)
+    claims = [claim(user_id="ok"), claim(user_id="bad"), claim(user_id="q")]
+    assert stage.passing(claims) == [claims[0]]
+    assert [c for c, _ in ended.failed] == [claims[1]]
+    assert [c for c, _ in held] == [claims[2]]
+    assert quiet_hours.calls == [[c.id for c in claims]] + [[c.id] for c in claims]
+
+
+def test_a_failed_quiet_hours_statement_for_one_claim_is_a_failed_check_for_it():
+    error = OperationalError("deadlock detected")
+    quiet_hours, ended = QuietHours(error=error), Ended()
+    stage, _ = quiet_stage(quiet_hours, ended)
+    only = claim(user_id="u")
+    assert stage.passing([only]) == []
+    assert ended.failed == [(only, error)]
 
 
 def test_a_claim_for_a_direct_recipient_passes_the_preferences_stage_without_a_look_up():
