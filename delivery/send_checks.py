@@ -26,11 +26,13 @@ from django.db import DatabaseError
 
 from delivery.circuits.services import Allowed, Circuit, Refused
 from delivery.repositories import Claim, Finish
-from delivery.services import Router, claim_recheck
+from delivery.services import Router, claim_recheck, claim_suppress
 from delivery.upkeep import WindowPruner
 from monitoring.metrics import DELIVERY as metrics
+from notifyqueue.addresses import recipient_key
 from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
 from ratelimits.services import RateLimit, recipients_admit
+from suppressions.repositories import AddressCheck, SuppressionRepository
 
 log = logging.getLogger("notifyqueue.delivery")
 
@@ -93,6 +95,69 @@ class PreferencesStage:
             self.end(rechecked)
             return None
         return rechecked
+
+
+class SuppressionStage:
+    """The claims whose address (as the preferences stage left it, in its counting form) is
+    on the suppression list, for their client or for every client, end here: moved to the
+    user's next channel when there is one, else SUPPRESSED with `suppressed: <reason>`;
+    never sent. One statement for the whole claim."""
+
+    def __init__(
+        self,
+        *,
+        repository: SuppressionRepository,
+        router: Router,
+        end: End,
+        fail: Fail,
+        worker_id: str,
+    ) -> None:
+        self.repository = repository
+        self.router = router
+        self.end = end
+        self.fail = fail
+        self.worker_id = worker_id
+
+    def passing(self, claims: list[Claim]) -> list[Claim]:
+        if not claims:
+            return claims
+        checks = [
+            AddressCheck(c.id, c.client_id, c.channel, recipient_key(c.channel, c.recipient))
+            for c in claims
+        ]
+        try:
+            suppressed = self.repository.matches(checks)
+        except DatabaseError as exc:
+            # Without the list, nothing may be sent that it might stop: each claim is a failed
+            # attempt, retried later (as a rate limit that cannot be read fails its claims).
+            for claim in claims:
+                self.fail(claim, exc)
+            return []
+        passing = []
+        for claim in claims:
+            reason = suppressed.get(claim.id)
+            if reason is None:
+                passing.append(claim)
+                continue
+            try:
+                finish = claim_suppress(claim, reason=reason, router=self.router)
+            except DatabaseError as exc:
+                self.fail(claim, exc)
+                continue
+            metrics.suppressed(channel=claim.channel, reason=reason)
+            log.info(
+                "suppressed notification=%s client=%s channel=%s reason=%s status=%s "
+                "next_channel=%s worker=%s",
+                claim.id,
+                claim.client_id,
+                claim.channel,
+                reason,
+                finish.status,
+                finish.channel,
+                self.worker_id,
+            )
+            self.end(finish)
+        return passing
 
 
 class RateLimitStage:
@@ -188,6 +253,7 @@ class CircuitStage:
 def send_checks_build(
     *,
     router: Router,
+    suppressions: SuppressionRepository,
     rate_limit: RateLimit | None,
     rate_limits: RateLimitRepository,
     pruner: WindowPruner | None,
@@ -199,7 +265,10 @@ def send_checks_build(
     """The stages before the circuit, in the contract's order; without a rate limit
     (`rate_limit` None) that stage is left out."""
     stages: list[ClaimStage] = [
-        PreferencesStage(router=router, end=end, fail=fail, worker_id=worker_id)
+        PreferencesStage(router=router, end=end, fail=fail, worker_id=worker_id),
+        SuppressionStage(
+            repository=suppressions, router=router, end=end, fail=fail, worker_id=worker_id
+        ),
     ]
     if rate_limit is not None and pruner is not None:
         stages.append(

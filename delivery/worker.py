@@ -61,6 +61,7 @@ from monitoring.metrics import DELIVERY as metrics
 from preferences.routing import PreferenceRouter
 from ratelimits.repositories import RateLimitRepository
 from ratelimits.services import RateLimit
+from suppressions.repositories import SuppressionRepository
 
 log = logging.getLogger("notifyqueue.delivery")
 
@@ -114,6 +115,7 @@ class Worker:
         rng: random.Random | None = None,
         router: Router | None = None,
         rate_limits: RateLimitRepository | None = None,
+        suppressions: SuppressionRepository | None = None,
     ) -> None:
         self.providers = providers
         self.config = config
@@ -150,6 +152,7 @@ class Worker:
         # then the circuit's per call.
         self.checks = send_checks_build(
             router=self.router,
+            suppressions=suppressions or SuppressionRepository(),
             rate_limit=config.rate_limit,
             rate_limits=self.rate_limits,
             pruner=self.window_pruner,

@@ -50,6 +50,16 @@ RATE_LIMIT_DEFERRALS = Counter(
     "Claims given back because the recipient was at its rate limit (no attempt used).",
     ["channel"],
 )
+SUPPRESSED_SENDS = Counter(
+    "notifyqueue_suppressed_sends",
+    "Claims the suppression list stopped at send time (never sent), by suppression reason.",
+    ["channel", "reason"],
+)
+RECEIPTS = Counter(
+    "notifyqueue_receipts",
+    "Provider delivery receipts recorded (each message's receipt of a type once), by type.",
+    ["channel", "type"],
+)
 WEBHOOK_DELIVERIES = Counter(
     "notifyqueue_webhook_deliveries",
     "Webhook POSTs recorded, by attempt outcome and the event's resulting state.",
@@ -90,6 +100,10 @@ def notification_created(*, channel: str, count: int = 1) -> None:
 
 def notification_retried(*, channel: str) -> None:
     NOTIFICATIONS_RETRIED.labels(channel=channel).inc()
+
+
+def receipt_recorded(*, channel: str, type: str) -> None:
+    RECEIPTS.labels(channel=channel, type=type).inc()
 
 
 def webhook_attempt_recorded(*, outcome: str, state: str) -> None:
@@ -157,6 +171,10 @@ class DeliveryMetrics:
     def rate_limit_deferred(self, *, channel: str) -> None:
         """A claim given back by the rate limit (it settles its own row, never a Finish)."""
         RATE_LIMIT_DEFERRALS.labels(channel=channel).inc()
+
+    def suppressed(self, *, channel: str, reason: str) -> None:
+        """A claim the suppression list stopped before its send."""
+        SUPPRESSED_SENDS.labels(channel=channel, reason=reason).inc()
 
 
 DELIVERY = DeliveryMetrics()

@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "monitoring",
     "health",
     "preferences",
+    "suppressions",
 ]
 
 MIDDLEWARE = [

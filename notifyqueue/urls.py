@@ -16,6 +16,7 @@ urlpatterns = [
     path("", include("health.urls")),
     path("api/v1/", include("templates.urls")),
     path("api/v1/", include("preferences.urls")),
+    path("api/v1/", include("suppressions.urls")),
 ]
 
 # Under /api/ every error answers in the API's JSON format (notifyqueue/errors.py).
