@@ -98,6 +98,8 @@ class NotificationRecord:
     # the creates (a row just created is held by nothing).
     rate_deferred_from: datetime | None = None
     circuit_held_since: datetime | None = None
+    # The provider's latest delivery receipt (read, like the holds, only by the API's reads).
+    receipt: str | None = None
 
     def __post_init__(self) -> None:
         # The column is a smallint; the record carries the Priority it stands for.
@@ -120,7 +122,7 @@ class NotificationRecord:
 
 
 # The columns that hold a row back, read only by the reads that show `held_reason`.
-HOLD_FIELDS = ("rate_deferred_from", "circuit_held_since")
+HOLD_FIELDS = ("rate_deferred_from", "circuit_held_since", "receipt")
 # The record's columns as the create statements answer them, in order.
 RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord) if f.name not in HOLD_FIELDS)
 

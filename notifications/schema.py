@@ -57,6 +57,7 @@ EXAMPLE_NOTIFICATION = {
     "operator_retries": 0,
     "held_until": None,
     "held_reason": None,
+    "receipt": None,
 }
 EXAMPLE_REQUEST = {
     "channel": "email",
@@ -212,6 +213,18 @@ GET = extend_schema(
                 "updated_at": "2026-11-30T09:15:02.530Z",
                 "held_until": "2026-11-30T09:15:31.870Z",
                 "held_reason": "circuit_open",
+            },
+            response_only=True,
+            status_codes=[200],
+        ),
+        OpenApiExample(
+            "Sent, and its provider reported a hard bounce",
+            value={
+                **EXAMPLE_NOTIFICATION,
+                "status": "SENT",
+                "attempt_count": 1,
+                "sent_at": "2026-12-01T12:00:00.250Z",
+                "receipt": "bounced",
             },
             response_only=True,
             status_codes=[200],

@@ -435,6 +435,9 @@ class BulkRetryOutput(serializers.Serializer):
     )
 
 
+RECEIPT_TYPES = ("delivered", "bounced", "complained", "opted_out", "failed")
+
+
 class NotificationOutput(serializers.Serializer):
     id = serializers.UUIDField()
     status = serializers.ChoiceField(choices=Status.values)
@@ -470,6 +473,15 @@ class NotificationOutput(serializers.Serializer):
             "provider is failing; no attempt is used while it waits, for at most "
             "NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS, after which it is DEAD_LETTERED). Null "
             "when not held."
+        ),
+    )
+    receipt = serializers.ChoiceField(
+        choices=RECEIPT_TYPES,
+        allow_null=True,
+        help_text=(
+            "The provider's latest delivery receipt for a SENT notification (`GET "
+            ".../receipts` lists them all); a `bounced` or `complained` is never overwritten. "
+            "Null until one arrives. SENT stays the status whatever the receipt says."
         ),
     )
 

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "notifications",
     "delivery",
     "delivery.circuits",
+    "delivery.receipts",
     "webhooks",
     "ratelimits",
     "templates",
@@ -244,9 +245,24 @@ NOTIFYQUEUE_PROVIDERS = {
     channel: {
         "provider": env.str(f"NOTIFYQUEUE_{channel.upper()}_PROVIDER", default="simulated"),
         "url": env.str(f"NOTIFYQUEUE_{channel.upper()}_PROVIDER_URL", default=""),
+        # The secret that signs the provider's delivery receipts (Standard Webhooks,
+        # `whsec_<base64>`); several, space-separated, while one is rotated. Unset: the
+        # channel's receipts endpoint answers 404.
+        "events_secrets": env.str(
+            f"NOTIFYQUEUE_{channel.upper()}_PROVIDER_EVENTS_SECRET", default=""
+        ).split(),
     }
     for channel in ("email", "sms", "push")
 }
+# A receipt's signature timestamp may be this far from the API's clock (either way).
+NOTIFYQUEUE_RECEIPT_TOLERANCE_SECONDS = env.float(
+    "NOTIFYQUEUE_RECEIPT_TOLERANCE_SECONDS", default=300.0
+)
+# A receipt that names no sent message is kept this long for its attempt's result, then
+# dropped.
+NOTIFYQUEUE_RECEIPT_PENDING_SECONDS = env.float(
+    "NOTIFYQUEUE_RECEIPT_PENDING_SECONDS", default=86400.0
+)
 NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS = env.float(
     "NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS", default=10.0
 )

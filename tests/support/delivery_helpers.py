@@ -36,6 +36,7 @@ def worker_build(
     send_timeout_s: float = 0.0,
     rate_limits: RateLimitRepository | None = None,
     router: Router | None = None,
+    receipt_channels: frozenset[str] = frozenset(),
 ) -> Worker:
     return Worker(
         providers=providers or simulated_providers(),
@@ -48,6 +49,7 @@ def worker_build(
             circuit=circuit,
             rate_limit=rate_limit,
             send_timeout_s=send_timeout_s,
+            receipt_channels=receipt_channels,
         ),
         policy=policy or RetryPolicy(base_s=0.5, max_s=60.0),
         rng=random.Random(7),

@@ -50,6 +50,13 @@ def worker_from_settings(*, concurrency: int, batch_size: int) -> Worker:
                 probe_timeout_s=2 * settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS,
                 max_hold_s=settings.NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS,
             ),
+            receipt_channels=frozenset(
+                channel
+                for channel, provider in settings.NOTIFYQUEUE_PROVIDERS.items()
+                if provider.get("events_secrets")
+            ),
+            receipt_pending_s=settings.NOTIFYQUEUE_RECEIPT_PENDING_SECONDS,
+            receipt_tolerance_s=settings.NOTIFYQUEUE_RECEIPT_TOLERANCE_SECONDS,
         ),
         policy=RetryPolicy(
             base_s=settings.NOTIFYQUEUE_BACKOFF_BASE_SECONDS,
