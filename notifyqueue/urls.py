@@ -14,6 +14,7 @@ urlpatterns = [
     path("api/v1/", include("delivery.urls")),
     path("api/v1/", include("notifications.urls")),
     path("", include("health.urls")),
+    path("", include("delivery.unsubscribe.urls")),
     path("api/v1/", include("templates.urls")),
     path("api/v1/", include("preferences.urls")),
     path("api/v1/", include("suppressions.urls")),

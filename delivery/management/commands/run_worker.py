@@ -112,6 +112,10 @@ class Command(BaseCommand):
         self.stderr.write(
             f"worker {worker.worker_id} started: concurrency={concurrency} batch={batch_size}"
         )
+        if not settings.NOTIFYQUEUE_PUBLIC_URL:
+            self.stderr.write(
+                "NOTIFYQUEUE_PUBLIC_URL is not set: emails carry no List-Unsubscribe header"
+            )
         if metrics_port is not None:
             try:
                 start_http_server(metrics_port)
