@@ -38,6 +38,8 @@ class MatchedReceipt:
     recipient: str
     status: str
     attempt_count: int
+    # Whether the notification's client has a webhook URL (an event is written for it).
+    hooked: bool
 
 
 @dataclass(frozen=True)

@@ -271,10 +271,11 @@ def _apply(matched: list[MatchedReceipt], repository: ReceiptRepository) -> list
                 message_id=r.message_id,
             )
             for r in matched
+            if r.hooked
         ]
     )
     for receipt in matched:
-        log.info(
+        log.debug(
             "receipt applied notification=%s client=%s channel=%s type=%s bounce=%s",
             receipt.notification_id,
             receipt.client_id,

@@ -475,3 +475,21 @@ def test_a_message_id_of_the_longest_kept_length_matches_whole(hooked, provider,
     notification.refresh_from_db()
     other.refresh_from_db()
     assert (notification.receipt, other.receipt) == ("complained", None)
+
+
+def test_metrics_count_receipts_by_type_and_suppressed_sends(hooked, provider, sender):
+    from tests.integration.test_metrics import scrape, value
+
+    before = scrape()
+    sent(hooked[1], provider, sender, "msg-counted")
+    post_event(receipt("msg-counted", "bounced", bounce="hard"))
+    post_event(receipt("msg-counted", "bounced", bounce="hard"))  # a duplicate counts nothing
+    create(hooked[1])  # to the address the bounce suppressed
+    drain(sender, sender.test_clock)
+    after = scrape()
+
+    def moved(name: str, **labels) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("notifyqueue_receipts_total", channel="email", type="bounced") == 1
+    assert moved("notifyqueue_suppressed_sends_total", channel="email", reason="hard_bounce") == 1

@@ -50,9 +50,11 @@ SET notification_id = m.notification_id, client_id = n.client_id,
     applied_at = notifyqueue_now()
 FROM matched AS m
 JOIN notification AS n ON n.id = m.notification_id
+JOIN clients_client AS c ON c.id = n.client_id
 WHERE r.id = m.receipt_id
 RETURNING r.id, r.channel, r.message_id, r.type, r.bounce, r.occurred_at, r.received_at,
-          r.notification_id, n.client_id, n.recipient, n.status, n.attempt_count;
+          r.notification_id, n.client_id, n.recipient, n.status, n.attempt_count,
+          c.webhook_url <> '' AS hooked;
 
 -- name: receipts_match_ids
 -- The same for pending receipts named by id (the upkeep's sweep).
@@ -76,9 +78,11 @@ SET notification_id = m.notification_id, client_id = n.client_id,
     applied_at = notifyqueue_now()
 FROM matched AS m
 JOIN notification AS n ON n.id = m.notification_id
+JOIN clients_client AS c ON c.id = n.client_id
 WHERE r.id = m.receipt_id
 RETURNING r.id, r.channel, r.message_id, r.type, r.bounce, r.occurred_at, r.received_at,
-          r.notification_id, n.client_id, n.recipient, n.status, n.attempt_count;
+          r.notification_id, n.client_id, n.recipient, n.status, n.attempt_count,
+          c.webhook_url <> '' AS hooked;
 
 -- name: receipts_pending_page
 -- The sweep's next page of pending receipts, oldest first after its position
