@@ -121,7 +121,8 @@ class NotificationRecord:
         return self.due_at if self.held_reason is not None else None
 
 
-# The columns that hold a row back, read only by the reads that show `held_reason`.
+# The columns only the API's reads of a row select: what holds it back (`held_reason`) and
+# its latest delivery receipt.
 HOLD_FIELDS = ("rate_deferred_from", "circuit_held_since", "receipt")
 # The record's columns as the create statements answer them, in order.
 RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord) if f.name not in HOLD_FIELDS)

@@ -188,6 +188,7 @@ def test_insert_answers_the_new_row_as_get_reads_it(store):
         last_retried_by=None,
         rate_deferred_from=None,
         circuit_held_since=None,
+        receipt=None,
     )
     assert dataclasses.asdict(record) == expected
     assert store.repository.get(notification_id=record.id, client_id=client) == record
