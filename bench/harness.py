@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -112,6 +115,7 @@ class Config:
 SECTIONS = (
     "ingest",
     "batch",
+    "receipts",
     "drain",
     "quiet",
     "slow",
@@ -121,6 +125,8 @@ SECTIONS = (
     "latency",
     "history",
 )
+# The email provider's events secret for the receipts run (a fixed, throwaway key).
+RECEIPTS_SECRET = "whsec_" + base64.b64encode(b"bench-receipts-key-0123456789abc").decode()
 
 
 def config_parse(argv: list[str]) -> Config:
@@ -1112,6 +1118,61 @@ def http_batch(
     return total / (time.monotonic() - started), sum(refused.values()), total
 
 
+def http_receipts(config: Config, prefix: str, rows: int) -> tuple[float, int, int]:
+    """Signed `delivered` receipts, each for another of the `rows` sent messages
+    `rcpt-<prefix>-<n>`, from `connections` keep-alive connections for `seconds` (or until
+    every message has had one); returns (applied per second, other answers, applied). The
+    signing is done here, as a provider's adapter would, on the same machine."""
+    key = base64.b64decode(RECEIPTS_SECRET.removeprefix("whsec_"))
+    deadline = time.monotonic() + config.seconds
+    applied, other = Counter(), Counter()
+    numbers = iter(range(1, rows + 1))
+    lock = threading.Lock()
+
+    def loop(worker: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", config.port, timeout=120)
+        while time.monotonic() < deadline:
+            with lock:
+                n = next(numbers, None)
+            if n is None:
+                return
+            body = json.dumps(
+                {
+                    "message_id": f"rcpt-{prefix}-{n}",
+                    "type": "delivered",
+                    "timestamp": "2026-12-01T12:00:00Z",
+                }
+            ).encode()
+            event_id, stamp = f"evt-{prefix}-{n}", str(int(time.time()))
+            digest = hmac.new(key, f"{event_id}.{stamp}.".encode() + body, hashlib.sha256)
+            conn.request(
+                "POST",
+                "/api/v1/providers/email/events",
+                body,
+                {
+                    "Content-Type": "application/json",
+                    "webhook-id": event_id,
+                    "webhook-timestamp": stamp,
+                    "webhook-signature": "v1," + base64.b64encode(digest.digest()).decode(),
+                },
+            )
+            answer = conn.getresponse()
+            data = answer.read()
+            if answer.status == 200 and json.loads(data).get("result") == "applied":
+                applied[worker] += 1
+            else:
+                other[worker] += 1
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=loop, args=(w,)) for w in range(config.connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total = sum(applied.values())
+    return total / (time.monotonic() - started), sum(other.values()), total
+
+
 class Provider:
     """An HTTP provider on 127.0.0.1 (asyncio, keep-alive) that answers after `delay_s` (with
     `jitter`, a time drawn evenly from delay_s * (1 +/- jitter)) and records when it first saw
@@ -1317,6 +1378,16 @@ class Bench:
                     for r in range(c.repeats):
                         self.ingest_single(r, throttle=True)
             self.rows.delete_except(())
+        if "receipts" in c.sections:
+            with Api(
+                c,
+                self.server,
+                self.api_key,
+                NOTIFYQUEUE_API_RATE_LIMIT="0",
+                NOTIFYQUEUE_EMAIL_PROVIDER_EVENTS_SECRET=RECEIPTS_SECRET,
+            ) as self.api:
+                for r in range(c.repeats):
+                    self.receipts(r)
         for r in range(c.repeats):
             if "drain" in c.sections or "history" in c.sections:
                 for workers in (1, 2):
@@ -1382,6 +1453,49 @@ class Bench:
             )
             f.peers.setdefault(system, []).append(got["rate"])
             log(f"  {system}: {got['rate']:,.0f}/s")
+
+    def receipts(self, r: int) -> None:
+        """Signed delivery receipts posted from `connections` keep-alive connections, each
+        for another sent message, so each is verified, recorded and applied (the
+        notification's receipt, its webhook event). Beside the single create's rate."""
+        c = self.config
+        f = self.figure(
+            "receipts",
+            f"delivery receipt, signed, {c.connections} connections, each applied",
+            "receipts/s",
+            versus="single",
+        )
+        prefix = f"R{r}-{uuid.uuid4().hex[:6]}"
+        rows = 20_000 if c.repeats > 1 else 10_000
+        with self.server.connect(DATABASES["ours"]) as conn:
+            notifications_insert(conn, str(self.client_id), prefix, rows, status="SENT")
+            conn.execute(
+                "INSERT INTO delivery_attempt (notification_id, claim_token, number, channel, "
+                "worker, started_at, finished_at, outcome, provider_message_id) "
+                "SELECT id, gen_random_uuid(), 1, 'email', 'bench', now(), now(), 'SENT', "
+                "'rcpt-' || idempotency_key FROM notification WHERE idempotency_key LIKE %s",
+                [f"{prefix}-%"],
+            )
+            vacuum_analyze(conn)
+        self.server.checkpoint()
+        meter = CpuMeter(self.server, self.api)
+        meter.start()
+        rate, other, total = http_receipts(c, prefix, rows)
+        self.cpu_note("receipts", meter.stop(total), per="receipt")
+        f.ours.append(rate)
+        if other:
+            f.note = f"{other} answers were not an applied receipt"
+        log(f"{f.name}: {rate:,.0f}/s")
+        with self.server.connect(DATABASES["ours"]) as conn:
+            conn.execute("DELETE FROM delivery_receipt")
+            conn.execute("DELETE FROM provider_event_seen")
+            conn.execute("DELETE FROM webhook_event WHERE type <> 'status'")
+            conn.execute(
+                "DELETE FROM delivery_attempt WHERE notification_id IN "
+                "(SELECT id FROM notification WHERE idempotency_key LIKE %s)",
+                [f"{prefix}-%"],
+            )
+        self.rows.delete_except(())
 
     def ingest_backlog(self) -> None:
         c = self.config

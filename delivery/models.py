@@ -6,6 +6,8 @@ holder of that claim's token.
 
 from django.db import models
 
+from notifications.models import recipient_digest
+
 
 class Outcome(models.TextChoices):
     SENT = "SENT"
@@ -47,7 +49,16 @@ class DeliveryAttempt(models.Model):
 
     class Meta:
         db_table = "delivery_attempt"
-        indexes = [models.Index(fields=["notification", "started_at"], name="attempt_by_notif")]
+        indexes = [
+            models.Index(fields=["notification", "started_at"], name="attempt_by_notif"),
+            # A provider's receipt names the message by the provider's id, whatever its length:
+            # its digest is the key. Only accepted attempts have one.
+            models.Index(
+                recipient_digest(models.F("provider_message_id")),
+                name="attempt_by_message_id",
+                condition=models.Q(provider_message_id__isnull=False),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.notification_id}: {self.outcome or 'running'}"

@@ -11,8 +11,9 @@ last and per claim, just before its call, as its half-open probe admits the very
 follows it (`CircuitStage`); a claim it refuses is held, its attempt given back, with the
 step's other refusals in one statement (the worker's `_record_holds`).
 
-Invariants: the quiet hours and the rate limit each decide the whole claim in one statement (a
-row at a time only after that statement failed); a stage costs nothing per claim that it does
+Invariants: the suppression list reads the whole claim in one statement; the quiet hours and the
+rate limit each decide the whole claim in one statement (a row at a time only after that
+statement failed); a stage costs nothing per claim that it does
 not concern; no stage holds a lock or a transaction open after it returns; a claim held by
 quiet hours or deferred by the rate limit uses no attempt.
 """
@@ -28,12 +29,14 @@ from django.db import DatabaseError
 
 from delivery.circuits.services import Allowed, Circuit, Refused
 from delivery.repositories import Claim, Finish, QuietHeld
-from delivery.services import Router, claim_recheck
+from delivery.services import Router, claim_recheck, claim_suppress
 from delivery.upkeep import WindowPruner
 from monitoring.metrics import DELIVERY as metrics
+from notifyqueue.addresses import recipient_key
 from notifyqueue.vocabulary import Priority
 from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
 from ratelimits.services import RateLimit, recipients_admit
+from suppressions.repositories import AddressCheck, SuppressionRepository
 
 log = logging.getLogger("notifyqueue.delivery")
 
@@ -104,6 +107,11 @@ class PreferencesStage:
         return rechecked
 
 
+class SuppressionStage:
+    """The claims whose address (as the preferences stage left it, in its counting form) is
+    on the suppression list, for their client or for every client, end here: moved to the
+    user's next channel when there is one, else SUPPRESSED with `suppressed: <reason>`;
+    never sent. One statement for the whole claim."""
 class QuietHoursStage:
     """A claim for a user (preference mode) that falls inside one of the user's quiet-hours
     windows is held: given back PENDING, its attempt returned, due at the window's end in the
@@ -114,6 +122,58 @@ class QuietHoursStage:
     def __init__(
         self,
         *,
+        repository: SuppressionRepository,
+        router: Router,
+        end: End,
+        fail: Fail,
+        worker_id: str,
+    ) -> None:
+        self.repository = repository
+        self.router = router
+        self.end = end
+        self.fail = fail
+        self.worker_id = worker_id
+
+    def passing(self, claims: list[Claim]) -> list[Claim]:
+        if not claims:
+            return claims
+        checks = [
+            AddressCheck(c.id, c.client_id, c.channel, recipient_key(c.channel, c.recipient))
+            for c in claims
+        ]
+        try:
+            suppressed = self.repository.matches(checks)
+        except DatabaseError as exc:
+            # Without the list, nothing may be sent that it might stop: each claim is a failed
+            # attempt, retried later (as a rate limit that cannot be read fails its claims).
+            for claim in claims:
+                self.fail(claim, exc)
+            return []
+        passing = []
+        for claim in claims:
+            reason = suppressed.get(claim.id)
+            if reason is None:
+                passing.append(claim)
+                continue
+            try:
+                finish = claim_suppress(claim, reason=reason, router=self.router)
+            except DatabaseError as exc:
+                self.fail(claim, exc)
+                continue
+            metrics.suppressed(channel=claim.channel, reason=reason)
+            log.info(
+                "suppressed notification=%s client=%s channel=%s reason=%s status=%s "
+                "next_channel=%s worker=%s",
+                claim.id,
+                claim.client_id,
+                claim.channel,
+                reason,
+                finish.status,
+                finish.channel,
+                self.worker_id,
+            )
+            self.end(finish)
+        return passing
         repository: QuietHolds,
         fail: Fail,
         held: Callable[[Claim, QuietHeld], None],
@@ -257,6 +317,7 @@ def send_checks_build(
     router: Router,
     repository: QuietHolds,
     quiet_held: Callable[[Claim, QuietHeld], None],
+    suppressions: SuppressionRepository,
     rate_limit: RateLimit | None,
     rate_limits: RateLimitRepository,
     pruner: WindowPruner | None,
@@ -269,6 +330,9 @@ def send_checks_build(
     (`rate_limit` None) that stage is left out."""
     stages: list[ClaimStage] = [
         PreferencesStage(router=router, end=end, fail=fail, worker_id=worker_id),
+        SuppressionStage(
+            repository=suppressions, router=router, end=end, fail=fail, worker_id=worker_id
+        ),
         QuietHoursStage(repository=repository, fail=fail, held=quiet_held),
     ]
     if rate_limit is not None and pruner is not None:

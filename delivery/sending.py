@@ -26,6 +26,7 @@ from delivery.circuits.services import Allowed
 from delivery.providers.base import Message, Provider, ProviderResult, TemporaryFailure
 from delivery.repositories import Claim
 from notifyqueue.vocabulary import Priority
+from delivery.unsubscribe.services import unsubscribe_headers
 
 log = logging.getLogger("notifyqueue.delivery")
 # How many frames a provider's unexpected exception is logged with.
@@ -52,6 +53,14 @@ def message_of(claim: Claim) -> Message:
         subject=claim.subject,
         body=claim.body,
         metadata=claim.metadata,
+        headers=unsubscribe_headers(
+            client_id=claim.client_id,
+            channel=claim.channel,
+            priority=claim.priority,
+            recipient=claim.recipient,
+            user_id=claim.user_id,
+            template=claim.template,
+        ),
     )
 
 

@@ -9,6 +9,9 @@ Invariants decided here:
 - a preference-mode notification (one with a user id) is re-checked before every send: a
   channel the user no longer allows is never sent on; the notification moves to the next
   allowed fallback, or is SUPPRESSED when none is left, without using an attempt;
+- a notification whose address is on the suppression list is never sent: it moves to the
+  user's next allowed fallback, or is SUPPRESSED (`suppressed: <reason>`), without using an
+  attempt;
 - a claim given back unstarted (shutdown) returns its attempt and keeps its due time.
 """
 
@@ -25,6 +28,7 @@ from delivery.repositories import Claim, Finish
 from notifications.models import Status
 from notifyqueue.backoff import jittered
 from preferences.routing import Route
+from suppressions.services import suppression_reason_text
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,24 @@ def claim_recheck(claim: Claim, *, router: Router) -> Claim | Finish:
             attempt_delta=-1,
         )
     return _switch(claim, switch, Outcome.REROUTED, f"{reason}; switched to {switch.channel}")
+
+
+def claim_suppress(claim: Claim, *, reason: str, router: Router) -> Finish:
+    """A claim whose address is on the suppression list: moved to the user's next channel
+    when one remains (as a preference that no longer allows the channel), else SUPPRESSED.
+    Nothing is sent, so the attempt is given back."""
+    error = suppression_reason_text(reason)
+    switch = router.route_next(claim) if claim.fallback_channels else None
+    if switch is None:
+        return Finish(
+            claim.id,
+            claim.claim_token,
+            Status.SUPPRESSED,
+            Outcome.SUPPRESSED,
+            error=error,
+            attempt_delta=-1,
+        )
+    return _switch(claim, switch, Outcome.SUPPRESSED, f"{error}; switched to {switch.channel}")
 
 
 def attempt_finish(

@@ -8,7 +8,9 @@ its own interval; nothing here decides when.
   queue;
 - `WindowPruner`: rate-window rows that left every window, a bounded statement at a time;
 - `StatisticsRefresher`: ANALYZE of a hot table whose statistics fell behind;
-- `QueueVacuumer`: VACUUM of a queue table a drain left full of dead rows.
+- `QueueVacuumer`: VACUUM of a queue table a drain left full of dead rows;
+- `ReceiptUpkeep`: pending receipts whose attempt is now recorded applied (a page a turn),
+  pending ones too old to match and replay-guard ids past their use deleted.
 
 Invariants: every decision about time is the database's (the statements read
 notifyqueue_now()); the refresher and the vacuumer are only optimisations, so their errors are
@@ -30,6 +32,8 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connection
 
+from delivery.receipts.repositories import PendingPosition
+from delivery.receipts.services import receipts_prune, receipts_sweep
 from delivery.repositories import DeliveryRepository, QueueRows
 from monitoring import metrics
 from ratelimits.repositories import RateLimitRepository
@@ -336,3 +340,36 @@ class QueueVacuumer:
             self._not_before = time.monotonic() + QUEUE_VACUUM_RETRY_S
         finally:
             connection.close()  # this thread's own
+
+
+class ReceiptUpkeep:
+    """The receipts' safety net and their bound. A receipt that arrived before its attempt's
+    result is applied by the arrival or by the finish (delivery.receipts.services); a process
+    that died between its commit and its second look leaves it pending, and this sweep
+    applies it, a page of pending receipts a turn, round the whole set. Pending receipts older
+    than `pending_age_s` and replay-guard ids older than `seen_age_s` are deleted, a bounded
+    statement each turn."""
+
+    PAGE = 500
+    PRUNE_BATCH = 5_000
+
+    def __init__(self, *, pending_age_s: float, seen_age_s: float) -> None:
+        self.pending_age_s = pending_age_s
+        self.seen_age_s = seen_age_s
+        self._after: PendingPosition | None = None
+
+    def run_once(self) -> tuple[int, int]:
+        """(receipts applied, rows pruned); errors are logged: the next turn tries again."""
+        try:
+            applied, self._after = receipts_sweep(after=self._after, limit=self.PAGE)
+            pruned = receipts_prune(
+                pending_age_s=self.pending_age_s,
+                seen_age_s=self.seen_age_s,
+                limit=self.PRUNE_BATCH,
+            )
+        except DatabaseError:
+            log.exception("receipt upkeep failed; trying again at the next turn")
+            return 0, 0
+        if applied or pruned:
+            log.info("receipt upkeep applied=%d pruned=%d", applied, pruned)
+        return applied, pruned

@@ -1,5 +1,6 @@
 from django.urls import path
 
+from delivery.receipts.views import NotificationReceiptsView, ProviderEventsView
 from delivery.views import NotificationAttemptsView
 
 urlpatterns = [
@@ -8,4 +9,10 @@ urlpatterns = [
         NotificationAttemptsView.as_view(),
         name="notification-attempts",
     ),
+    path(
+        "notifications/<uuid:notification_id>/receipts",
+        NotificationReceiptsView.as_view(),
+        name="notification-receipts",
+    ),
+    path("providers/<str:channel>/events", ProviderEventsView.as_view(), name="provider-events"),
 ]

@@ -49,6 +49,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 
 from delivery.circuits.services import Allowed, Circuit, CircuitPolicy, Refused, circuits_register
 from delivery.providers.base import BatchProvider, Provider, ProviderResult, TemporaryFailure
+from delivery.receipts.services import receipts_match_finished
 from delivery.repositories import Claim, DeliveryRepository, Finish, Finished, Hold, QuietHeld
 from delivery.send_checks import CircuitStage, send_checks_build
 from delivery.sending import Sends, Sent, message_of
@@ -58,6 +59,7 @@ from delivery.upkeep import (
     ClaimReclaimer,
     Heartbeat,
     QueueVacuumer,
+    ReceiptUpkeep,
     StatisticsRefresher,
     WindowPruner,
 )
@@ -66,11 +68,14 @@ from monitoring.metrics import DELIVERY as metrics
 from preferences.routing import PreferenceRouter
 from ratelimits.repositories import RateLimitRepository
 from ratelimits.services import RateLimit
+from suppressions.repositories import SuppressionRepository
 
 log = logging.getLogger("notifyqueue.delivery")
 
 # The most often a worker writes its INFO summary line.
 LOG_SUMMARY_S = 1.0
+# How often a worker sweeps the pending receipts and prunes the old ones.
+RECEIPT_UPKEEP_S = 10.0
 
 
 def worker_id_new() -> str:
@@ -112,6 +117,12 @@ class WorkerConfig:
     circuit: CircuitPolicy | None = None
     # Window rows the prune deletes per statement (see delivery.upkeep.WindowPruner).
     prune_batch: int = 10_000
+    # The channels whose providers send delivery receipts (an events secret is set): their
+    # sent messages' pending receipts are matched after each finish. Any channel's are also
+    # found by the upkeep's sweep (delivery.upkeep.ReceiptUpkeep).
+    receipt_channels: frozenset[str] = frozenset()
+    receipt_pending_s: float = 86400.0
+    receipt_tolerance_s: float = 300.0
 
 
 class Worker:
@@ -126,6 +137,7 @@ class Worker:
         rng: random.Random | None = None,
         router: Router | None = None,
         rate_limits: RateLimitRepository | None = None,
+        suppressions: SuppressionRepository | None = None,
     ) -> None:
         self.providers = providers
         self.config = config
@@ -165,12 +177,19 @@ class Worker:
         )
         self.statistics = StatisticsRefresher(repository=self.repository, worker_id=self.worker_id)
         self.queue_vacuum = QueueVacuumer(repository=self.repository, worker_id=self.worker_id)
+        self.receipt_upkeep = ReceiptUpkeep(
+            pending_age_s=config.receipt_pending_s,
+            # An event id is remembered for twice the signature's tolerance: past that its
+            # signature is stale anyway, so a replay is refused without it.
+            seen_age_s=2 * config.receipt_tolerance_s,
+        )
         # The send-time checks (delivery/send_checks.py): the stages run over a whole claim,
         # then the circuit's per call.
         self.checks = send_checks_build(
             router=self.router,
             repository=self.repository,
             quiet_held=self._quiet_held,
+            suppressions=suppressions or SuppressionRepository(),
             rate_limit=config.rate_limit,
             rate_limits=self.rate_limits,
             pruner=self.window_pruner,
@@ -189,6 +208,7 @@ class Worker:
         self._summary_at = time.monotonic()
         self._next_maintenance = 0.0
         self._next_statistics_check = 0.0
+        self._next_receipt_upkeep = 0.0
         # Each circuit has its row before the first claim (see _maintain).
         self._circuits_registered = False
         # The heartbeat's thread runs from the loop's first turn until it stops (_maintain).
@@ -393,6 +413,9 @@ class Worker:
             if self._dry:
                 self.queue_vacuum.run_once()
             self._next_statistics_check = now + STATISTICS_CHECK_S
+        if now >= self._next_receipt_upkeep:
+            self.receipt_upkeep.run_once()
+            self._next_receipt_upkeep = now + RECEIPT_UPKEEP_S
 
     def _waiting_mark(self) -> None:
         """Asks the creates for wake-ups before the worker first sleeps: a create notifies
@@ -601,7 +624,31 @@ class Worker:
                     self.worker_id,
                 )
         self.delivered += sum(1 for row in finished if row.status == "SENT")
+        self._receipts_match(finishes, finished)
         return held + len(applied)
+
+    def _receipts_match(self, finishes: list[Finish], finished: list[Finished]) -> None:
+        """After the finish committed: the pending receipts of the messages it recorded as
+        sent, on channels that take receipts (one statement; nothing without such a
+        channel). A failure leaves them to the upkeep's sweep."""
+        if not self.config.receipt_channels:
+            return
+        sent = {
+            row.id: row.channel
+            for row in finished
+            if row.status == "SENT" and row.channel in self.config.receipt_channels
+        }
+        keys = [
+            (sent[f.id], f.message_id)
+            for f in finishes
+            if f.id in sent and f.message_id is not None and f.status == "SENT"
+        ]
+        if not keys:
+            return
+        try:
+            receipts_match_finished(keys)
+        except DatabaseError:
+            log.exception("pending receipts not matched at the finish; the sweep will")
 
     def _record_holds(self) -> int:
         """Gives back the claims the circuit refused, attempts returned, in one statement

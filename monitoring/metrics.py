@@ -54,6 +54,15 @@ QUIET_HOURS_HOLDS = Counter(
     "notifyqueue_quiet_hours_holds",
     "Claims given back because their user's quiet hours held them (no attempt used).",
     ["channel"],
+SUPPRESSED_SENDS = Counter(
+    "notifyqueue_suppressed_sends",
+    "Claims the suppression list stopped at send time (never sent), by suppression reason.",
+    ["channel", "reason"],
+)
+RECEIPTS = Counter(
+    "notifyqueue_receipts",
+    "Provider delivery receipts recorded (each message's receipt of a type once), by type.",
+    ["channel", "type"],
 )
 WEBHOOK_DELIVERIES = Counter(
     "notifyqueue_webhook_deliveries",
@@ -103,6 +112,10 @@ def notification_created(*, channel: str, count: int = 1) -> None:
 
 def notification_retried(*, channel: str) -> None:
     NOTIFICATIONS_RETRIED.labels(channel=channel).inc()
+
+
+def receipt_recorded(*, channel: str, type: str) -> None:
+    RECEIPTS.labels(channel=channel, type=type).inc()
 
 
 def webhook_attempt_recorded(*, outcome: str, state: str) -> None:
@@ -178,6 +191,9 @@ class DeliveryMetrics:
     def quiet_hours_held(self, *, channel: str) -> None:
         """A claim given back by its user's quiet hours (settled by its own statement)."""
         QUIET_HOURS_HOLDS.labels(channel=channel).inc()
+    def suppressed(self, *, channel: str, reason: str) -> None:
+        """A claim the suppression list stopped before its send."""
+        SUPPRESSED_SENDS.labels(channel=channel, reason=reason).inc()
 
 
 DELIVERY = DeliveryMetrics()

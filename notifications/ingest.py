@@ -116,6 +116,7 @@ def notification_representation(
         "operator_retries": record.operator_retries,
         "held_until": when(record.held_until),
         "held_reason": record.held_reason,
+        "receipt": record.receipt,
     }
 
 

@@ -160,6 +160,9 @@ class Notification(models.Model):
     max_attempts = DomainPositiveIntegerField(domain="notification_count")
     last_error = models.TextField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # The provider's latest delivery receipt's type (delivery.receipts); a bounce or a
+    # complaint is never overwritten. Null until one arrives.
+    receipt = models.CharField(max_length=16, null=True, blank=True)
     operator_retries = DomainPositiveIntegerField(default=0, domain="notification_count")
     # The latest operator retry: when, and who ("admin:<user>", "api:<client>", "cli:<user>").
     last_retried_at = models.DateTimeField(null=True, blank=True)

@@ -99,6 +99,8 @@ class NotificationRecord:
     rate_deferred_from: datetime | None = None
     circuit_held_since: datetime | None = None
     quiet_held_since: datetime | None = None
+    # The provider's latest delivery receipt (read, like the holds, only by the API's reads).
+    receipt: str | None = None
 
     def __post_init__(self) -> None:
         # The column is a smallint; the record carries the Priority it stands for.
@@ -122,8 +124,9 @@ class NotificationRecord:
         return self.due_at if self.held_reason is not None else None
 
 
-# The columns that hold a row back, read only by the reads that show `held_reason`.
-HOLD_FIELDS = ("rate_deferred_from", "circuit_held_since", "quiet_held_since")
+# The columns only the API's reads of a row select: what holds it back (`held_reason`) and
+# its latest delivery receipt.
+HOLD_FIELDS = ("rate_deferred_from", "circuit_held_since", "quiet_held_since", "receipt")
 # The record's columns as the create statements answer them, in order.
 RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord) if f.name not in HOLD_FIELDS)
 

@@ -57,6 +57,7 @@ EXAMPLE_NOTIFICATION = {
     "operator_retries": 0,
     "held_until": None,
     "held_reason": None,
+    "receipt": None,
 }
 EXAMPLE_REQUEST = {
     "channel": "email",
@@ -228,6 +229,18 @@ GET = extend_schema(
                 "updated_at": "2026-12-07T22:10:00.180Z",
                 "held_until": "2026-12-08T06:30:00Z",
                 "held_reason": "quiet_hours",
+            },
+            response_only=True,
+            status_codes=[200],
+        ),
+        OpenApiExample(
+            "Sent, and its provider reported a hard bounce",
+            value={
+                **EXAMPLE_NOTIFICATION,
+                "status": "SENT",
+                "attempt_count": 1,
+                "sent_at": "2026-12-01T12:00:00.250Z",
+                "receipt": "bounced",
             },
             response_only=True,
             status_codes=[200],

@@ -439,6 +439,9 @@ class BulkRetryOutput(serializers.Serializer):
     )
 
 
+RECEIPT_TYPES = ("delivered", "bounced", "complained", "opted_out", "failed")
+
+
 class NotificationOutput(serializers.Serializer):
     id = serializers.UUIDField()
     status = serializers.ChoiceField(choices=Status.values)
@@ -476,6 +479,15 @@ class NotificationOutput(serializers.Serializer):
             "`quiet_hours` (it fell due inside one of its user's quiet-hours windows; no "
             "attempt is used; it goes at the window's end, and a change of the user's time "
             "zone or windows applies at once). Null when not held."
+        ),
+    )
+    receipt = serializers.ChoiceField(
+        choices=RECEIPT_TYPES,
+        allow_null=True,
+        help_text=(
+            "The provider's latest delivery receipt for a SENT notification (`GET "
+            ".../receipts` lists them all); a `bounced` or `complained` is never overwritten. "
+            "Null until one arrives. SENT stays the status whatever the receipt says."
         ),
     )
 

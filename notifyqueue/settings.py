@@ -75,12 +75,14 @@ INSTALLED_APPS = [
     "notifications",
     "delivery",
     "delivery.circuits",
+    "delivery.receipts",
     "webhooks",
     "ratelimits",
     "templates",
     "monitoring",
     "health",
     "preferences",
+    "suppressions",
 ]
 
 MIDDLEWARE = [
@@ -243,9 +245,36 @@ NOTIFYQUEUE_PROVIDERS = {
     channel: {
         "provider": env.str(f"NOTIFYQUEUE_{channel.upper()}_PROVIDER", default="simulated"),
         "url": env.str(f"NOTIFYQUEUE_{channel.upper()}_PROVIDER_URL", default=""),
+        # The secret that signs the provider's delivery receipts (Standard Webhooks,
+        # `whsec_<base64>`); several, space-separated, while one is rotated. Unset: the
+        # channel's receipts endpoint answers 404.
+        "events_secrets": env.str(
+            f"NOTIFYQUEUE_{channel.upper()}_PROVIDER_EVENTS_SECRET", default=""
+        ).split(),
     }
     for channel in ("email", "sms", "push")
 }
+# The API's public base URL (https://notify.example.com). Set, every non-CRITICAL email
+# carries a one-click List-Unsubscribe URL under it (RFC 8058); unset, emails carry no such
+# header and `manage.py check --deploy` and run_worker warn.
+NOTIFYQUEUE_PUBLIC_URL = env.str("NOTIFYQUEUE_PUBLIC_URL", default="").rstrip("/")
+# The key that signs unsubscribe tokens (required with NOTIFYQUEUE_PUBLIC_URL), and the
+# earlier keys still accepted while one is rotated (comma-separated).
+NOTIFYQUEUE_UNSUBSCRIBE_SECRET = env.str("NOTIFYQUEUE_UNSUBSCRIBE_SECRET", default="")
+NOTIFYQUEUE_UNSUBSCRIBE_SECRET_FALLBACKS = env.list(
+    "NOTIFYQUEUE_UNSUBSCRIBE_SECRET_FALLBACKS", default=[]
+)
+# How long an unsubscribe link works after its email was sent (at least 60 days).
+NOTIFYQUEUE_UNSUBSCRIBE_TOKEN_DAYS = env.int("NOTIFYQUEUE_UNSUBSCRIBE_TOKEN_DAYS", default=90)
+# A receipt's signature timestamp may be this far from the API's clock (either way).
+NOTIFYQUEUE_RECEIPT_TOLERANCE_SECONDS = env.float(
+    "NOTIFYQUEUE_RECEIPT_TOLERANCE_SECONDS", default=300.0
+)
+# A receipt that names no sent message is kept this long for its attempt's result, then
+# dropped.
+NOTIFYQUEUE_RECEIPT_PENDING_SECONDS = env.float(
+    "NOTIFYQUEUE_RECEIPT_PENDING_SECONDS", default=86400.0
+)
 NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS = env.float(
     "NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS", default=10.0
 )

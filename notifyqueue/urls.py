@@ -14,8 +14,10 @@ urlpatterns = [
     path("api/v1/", include("delivery.urls")),
     path("api/v1/", include("notifications.urls")),
     path("", include("health.urls")),
+    path("", include("delivery.unsubscribe.urls")),
     path("api/v1/", include("templates.urls")),
     path("api/v1/", include("preferences.urls")),
+    path("api/v1/", include("suppressions.urls")),
 ]
 
 # Under /api/ every error answers in the API's JSON format (notifyqueue/errors.py).

@@ -183,6 +183,19 @@ class PreferencesRepository:
 
     def timezone_spelling(self, name: str) -> str | None:
         return TIMEZONES.spelling(name)
+    def event_mute(self, *, client_id: uuid.UUID, user_id: str, event: str, now: datetime) -> bool:
+        """Adds `event` to the user's muted events; False when it was muted already or the
+        user has no preferences."""
+        return (
+            SQL.scalar(
+                "preferences_event_mute",
+                client_id=client_id,
+                user_id=user_id,
+                event=event,
+                now=now,
+            )
+            is not None
+        )
 
     def get(self, *, client_id: uuid.UUID, user_id: str) -> PreferencesRecord | None:
         values = (

@@ -81,3 +81,14 @@ def preferences_get(
     if found is None:
         raise PreferencesNotFound(user_id)
     return found
+
+
+def preferences_event_mute(
+    *, client_id: uuid.UUID, user_id: str, event: str, now: datetime
+) -> bool:
+    """Mutes `event` for the user (a one-click unsubscribe): what is already queued for it is
+    suppressed at its send-time check. Idempotent; False when nothing changed (muted before,
+    or the user has no preferences, so nothing can be sent to them in preference mode)."""
+    return PreferencesRepository().event_mute(
+        client_id=client_id, user_id=user_id, event=event, now=now
+    )

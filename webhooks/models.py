@@ -47,6 +47,12 @@ class WebhookEvent(models.Model):
     )
     attempt_count = models.PositiveIntegerField()
     occurred_at = models.DateTimeField()
+    # `status` (a final status change, written by the outbox trigger) or `receipt.<type>` (a
+    # provider's delivery receipt, written with the receipt); a receipt event also names the
+    # receipt's type and the provider's message id.
+    type = models.CharField(max_length=24, default="status", db_default="status")
+    receipt = models.CharField(max_length=16, null=True, blank=True)
+    message_id = models.TextField(null=True, blank=True)
 
     state = models.CharField(
         max_length=16, choices=DeliveryState.choices, default=DeliveryState.PENDING

@@ -45,6 +45,10 @@ class ClaimedEvent:
     previous_webhook_secret_expires_at: datetime | None
     claimed_at: datetime
     """The database clock when the claim was made."""
+    type: str = "status"
+    """`status`, or `receipt.<type>` for a provider's delivery receipt."""
+    receipt: str | None = None
+    message_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,37 @@ def webhook_events_redeliver(*, event_ids: list[uuid.UUID]) -> list[uuid.UUID]:
     """Makes the DELIVERED or FAILED events among `event_ids` due again; returns their ids."""
     with transaction.atomic():
         return QUERIES.scalars("webhook_event_redeliver", event_ids=list(event_ids))
+
+
+@dataclass(frozen=True)
+class ReceiptEvent:
+    """A provider's receipt to report to its notification's client (plain values, from the
+    receipts app above)."""
+
+    client_id: uuid.UUID
+    notification_id: uuid.UUID
+    status: str
+    attempt_count: int
+    occurred_at: datetime
+    receipt: str
+    message_id: str
+
+
+def webhook_receipt_events_add(events: list[ReceiptEvent]) -> list[uuid.UUID]:
+    """Writes one event of type `receipt.<type>` per receipt whose client has a webhook URL, in
+    the caller's transaction (the one that applies the receipts); returns their ids."""
+    if not events:
+        return []
+    return QUERIES.scalars(
+        "webhook_receipt_events_add",
+        client_ids=[e.client_id for e in events],
+        notification_ids=[e.notification_id for e in events],
+        statuses=[e.status for e in events],
+        attempt_counts=[e.attempt_count for e in events],
+        occurred_ats=[e.occurred_at for e in events],
+        receipts=[e.receipt for e in events],
+        message_ids=[e.message_id for e in events],
+    )
 
 
 def client_webhook_secret_replace(

@@ -9,7 +9,8 @@ Invariants protected here:
 - isolation: every POST ends within the webhook timeout, one client holds at most
   NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY POSTs at once, and nothing here touches a
   notification;
-- the body is exactly the contract's five fields, and the signature covers those bytes.
+- the body is exactly the contract's fields (five, plus `type`, and a receipt's `receipt` and
+  `message_id`), and the signature covers those bytes.
 """
 
 from __future__ import annotations
@@ -72,18 +73,22 @@ def webhook_retry_wait_seconds(
 
 
 def webhook_event_body(event: ClaimedEvent) -> bytes:
-    """The contract's JSON body; the timestamp is when the status changed, RFC 3339 in UTC."""
+    """The contract's JSON body: the five fields of a status change plus `type` (`status`);
+    a receipt's event adds `receipt` and `message_id`, its `status` the notification's at the
+    receipt. The timestamp is when the status changed or the receipt was applied, RFC 3339 in
+    UTC."""
     occurred = event.occurred_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return json.dumps(
-        {
-            "eventId": str(event.id),
-            "jobId": str(event.notification_id),
-            "status": event.status,
-            "attemptCount": event.attempt_count,
-            "timestamp": occurred,
-        },
-        separators=(",", ":"),
-    ).encode()
+    body = {
+        "eventId": str(event.id),
+        "jobId": str(event.notification_id),
+        "status": event.status,
+        "attemptCount": event.attempt_count,
+        "timestamp": occurred,
+        "type": event.type,
+    }
+    if event.type != "status":
+        body |= {"receipt": event.receipt, "message_id": event.message_id}
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def webhook_signing_secrets(event: ClaimedEvent, *, now: datetime) -> list[str]:

@@ -19,6 +19,10 @@ class Message:
     subject: str
     body: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Headers the message must carry (an email's List-Unsubscribe and List-Unsubscribe-Post):
+    # the smtp provider writes them into the message, the http provider sends them as
+    # `headers`.
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def idempotency_key(self) -> str:

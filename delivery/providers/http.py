@@ -83,6 +83,8 @@ class HttpProvider:
             "body": message.body,
             "metadata": message.metadata,
         }
+        if message.headers:
+            body["headers"] = message.headers
         answer = outbound_post(
             url=self.url,
             body=json.dumps(body).encode(),

@@ -124,7 +124,11 @@ class SmtpProvider:
                 body=message.body,
                 from_email=settings.DEFAULT_FROM_EMAIL,
                 to=[message.recipient],
-                headers={"Message-ID": message_id, "X-Idempotency-Key": message.idempotency_key},
+                headers={
+                    **message.headers,
+                    "Message-ID": message_id,
+                    "X-Idempotency-Key": message.idempotency_key,
+                },
                 connection=connection,
             )
             # Builds and encodes the whole message, and the addresses as the backend will,

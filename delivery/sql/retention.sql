@@ -9,7 +9,7 @@ SELECT notifyqueue_now() - make_interval(secs => %(older_than_s)s);
 -- One step of retention: walks up to %(scan)s rows created before the cutoff, in (created_at,
 -- id) order from %(after_created_at)s/%(after_id)s (the notification_recent index, read
 -- backwards), and deletes those that finished before the cutoff, with every row that refers
--- to them: delivery attempts, webhook events and their delivery attempts, inbox messages,
+-- to them: delivery attempts and receipts, webhook events and their delivery attempts, inbox messages,
 -- rate-limit records and the simulated provider's records of its sends (keyed
 -- `<id>:<channel>`, one per channel in %(channels)s, found by primary key). A row still waiting (scheduled far ahead) stays, and so does one whose
 -- webhook is still being delivered. Rows another transaction holds (an operator retry) are
@@ -42,6 +42,8 @@ WITH scanned AS (
     DELETE FROM webhook_event WHERE id IN (SELECT id FROM events)
 ), attempts_gone AS (
     DELETE FROM delivery_attempt WHERE notification_id IN (SELECT id FROM chosen) RETURNING 1
+), receipts_gone AS (
+    DELETE FROM delivery_receipt WHERE notification_id IN (SELECT id FROM chosen)
 ), inbox_gone AS (
     DELETE FROM inbox_message WHERE notification_id IN (SELECT id FROM chosen)
 ), rate_records_gone AS (

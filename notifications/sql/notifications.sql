@@ -145,7 +145,7 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
        created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
-       circuit_held_since, quiet_held_since
+       circuit_held_since, quiet_held_since, receipt
   FROM notification
  WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s;
 
@@ -159,7 +159,7 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
        created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
-       circuit_held_since, quiet_held_since
+       circuit_held_since, quiet_held_since, receipt
   FROM notification
  WHERE id = %(id)s
    AND (%(client_id)s::uuid IS NULL OR client_id = %(client_id)s::uuid);

@@ -23,6 +23,15 @@ RETURNING p.client_id, p.user_id, p.channels, p.addresses, p.muted_events, p.dis
 -- The zones PostgreSQL's time zone database knows (a view that reads its files, ~15 ms).
 SELECT name FROM pg_timezone_names;
 
+-- name: preferences_event_mute
+-- One-click unsubscribe: adds the event to the user's muted events, unless it is there (so a
+-- second click changes nothing); one statement, so a concurrent PUT is wholly before or after.
+UPDATE user_preferences
+SET muted_events = muted_events || jsonb_build_array(%(event)s::text), updated_at = %(now)s
+WHERE client_id = %(client_id)s AND user_id = %(user_id)s
+  AND NOT (muted_events ? %(event)s::text)
+RETURNING user_id;
+
 -- name: inbox_page
 -- Newest first, by keyset on (created_at, id) after the cursor's position; served by the
 -- index inbox_by_user (client_id, user_id, created_at DESC). Reads limit + 1 rows to tell

@@ -189,6 +189,7 @@ def test_insert_answers_the_new_row_as_get_reads_it(store):
         rate_deferred_from=None,
         circuit_held_since=None,
         quiet_held_since=None,
+        receipt=None,
     )
     assert dataclasses.asdict(record) == expected
     assert store.repository.get(notification_id=record.id, client_id=client) == record

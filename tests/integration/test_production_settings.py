@@ -21,6 +21,8 @@ DEVELOPMENT_AND_PRODUCTION_VARIABLES = (
     "DJANGO_SECRET_KEY",
     "DJANGO_DEBUG",
     "DJANGO_ALLOWED_HOSTS",
+    "NOTIFYQUEUE_PUBLIC_URL",
+    "NOTIFYQUEUE_UNSUBSCRIBE_SECRET",
 )
 
 
@@ -72,10 +74,27 @@ def test_check_deploy_is_clean_with_the_documented_production_variables(database
         DATABASE_URL=database_url,
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
         DJANGO_ALLOWED_HOSTS="notify.example.com",
+        NOTIFYQUEUE_PUBLIC_URL="https://notify.example.com",
+        NOTIFYQUEUE_UNSUBSCRIBE_SECRET=secrets.token_urlsafe(50),
     )
 
     assert result.returncode == 0, result.stderr
     assert "System check identified no issues" in result.stdout
+
+
+@pytest.mark.django_db
+def test_check_deploy_warns_that_emails_carry_no_unsubscribe_link_without_a_public_url(
+    database_url,
+):
+    result = manage(
+        "check",
+        "--deploy",
+        DATABASE_URL=database_url,
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        DJANGO_ALLOWED_HOSTS="notify.example.com",
+    )
+    assert "receipts.W001" in result.stderr + result.stdout
+    assert "List-Unsubscribe" in result.stderr + result.stdout
 
 
 def test_gunicorn_without_database_url_stops_with_the_message():

@@ -84,6 +84,7 @@ def test_each_final_status_is_posted_once_correctly_signed(receiver, hooked):
             "status": events[str(event.id)],
             "attemptCount": 2,
             "timestamp": event.occurred_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "type": "status",
         }
         assert request.path == "/hooks"
         assert request.headers["content-type"] == "application/json"
@@ -447,6 +448,7 @@ def test_webhook_payload_is_the_exact_bytes_that_were_signed(receiver, hooked):
         "status",
         "attemptCount",
         "timestamp",
+        "type",
     }
     tampered = dict(request.headers, **{"webhook-id": "another-id"})
     with pytest.raises(WebhookVerificationError):

@@ -176,7 +176,14 @@ def test_run_worker_posts_one_signed_webhook_per_final_status(database_url):
         str(failed.id): "FAILED",
         str(dead.id): "DEAD_LETTERED",
     }
-    assert set(bodies[str(sent.id)]) == {"eventId", "jobId", "status", "attemptCount", "timestamp"}
+    assert set(bodies[str(sent.id)]) == {
+        "eventId",
+        "jobId",
+        "status",
+        "attemptCount",
+        "timestamp",
+        "type",
+    }
     assert bodies[str(dead.id)]["attemptCount"] == 1
 
 

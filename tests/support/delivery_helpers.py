@@ -37,6 +37,7 @@ def worker_build(
     rate_limits: RateLimitRepository | None = None,
     router: Router | None = None,
     priority_aging_s: float = 300.0,
+    receipt_channels: frozenset[str] = frozenset(),
 ) -> Worker:
     return Worker(
         providers=providers or simulated_providers(),
@@ -50,6 +51,7 @@ def worker_build(
             rate_limit=rate_limit,
             send_timeout_s=send_timeout_s,
             priority_aging_s=priority_aging_s,
+            receipt_channels=receipt_channels,
         ),
         policy=policy or RetryPolicy(base_s=0.5, max_s=60.0),
         rng=random.Random(7),

@@ -15,6 +15,7 @@ from delivery.send_checks import (
     QuietHoursStage,
     RateLimitStage,
     SendChecks,
+    SuppressionStage,
     send_checks_build,
 )
 from delivery.services import Route
@@ -138,12 +139,28 @@ def test_the_stages_run_in_order_each_over_what_the_one_before_let_through():
     assert seen == [("first", ["a", "b", "c"]), ("second", ["b", "c"])]
 
 
-def test_the_checks_are_preferences_quiet_hours_then_the_rate_limit_in_the_contracts_order():
+class Suppressed:
+    """A suppression list of (channel, counting form) -> reason; counts its calls."""
+
+    def __init__(self, entries: dict | None = None, error: Exception | None = None) -> None:
+        self.entries, self.error = entries or {}, error
+        self.calls: list[int] = []
+
+    def matches(self, checks):
+        self.calls.append(len(checks))
+        if self.error:
+            raise self.error
+        found = {c.id: self.entries.get((c.channel, c.address)) for c in checks}
+        return {k: v for k, v in found.items() if v}
+
+
+def test_the_checks_are_preferences_suppression_quiet_hours_then_the_rate_limit():
     ended = Ended()
     common = {
         "router": Router(),
         "rate_limits": Limits(),
         "repository": QuietHours(),
+        "suppressions": Suppressed(),
         "worker_id": "w",
     }
     callbacks = {
@@ -154,9 +171,18 @@ def test_the_checks_are_preferences_quiet_hours_then_the_rate_limit_in_the_contr
     }
     pruner = WindowPruner(repository=Limits(), window_s=60, batch=3)
     limited = send_checks_build(rate_limit=RateLimit(10, 60), pruner=pruner, **common, **callbacks)
-    assert [type(s) for s in limited.stages] == [PreferencesStage, QuietHoursStage, RateLimitStage]
+    assert [type(s) for s in limited.stages] == [
+        PreferencesStage,
+        SuppressionStage,
+        QuietHoursStage,
+        RateLimitStage,
+    ]
     unlimited = send_checks_build(rate_limit=None, pruner=None, **common, **callbacks)
-    assert [type(s) for s in unlimited.stages] == [PreferencesStage, QuietHoursStage]
+    assert [type(s) for s in unlimited.stages] == [
+        PreferencesStage,
+        SuppressionStage,
+        QuietHoursStage,
+    ]
 
 
 def quiet_stage(quiet_hours: QuietHours, ended: Ended):
@@ -201,6 +227,63 @@ def test_a_failed_quiet_hours_statement_for_one_claim_is_a_failed_check_for_it()
     only = claim(user_id="u")
     assert stage.passing([only]) == []
     assert ended.failed == [(only, error)]
+
+
+def suppression_stage(entries: dict, ended: Ended, router=None, error=None):
+    listed = Suppressed(entries, error)
+    stage = SuppressionStage(
+        repository=listed, router=router or Router(), end=ended.end, fail=ended.fail, worker_id="w"
+    )
+    return stage, listed
+
+
+def test_a_suppressed_address_ends_in_one_look_up_for_the_claim_in_its_counting_form():
+    ended = Ended()
+    stage, listed = suppression_stage({("email", "ada@example.com"): "hard_bounce"}, ended)
+    claims = [claim(recipient="Ada@EXAMPLE.com"), claim(recipient="bob@example.com")]
+    assert stage.passing(claims) == [claims[1]]
+    assert listed.calls == [2]
+    [finish] = ended.finishes
+    assert (finish.id, finish.status, finish.error, finish.attempt_delta) == (
+        claims[0].id,
+        Status.SUPPRESSED,
+        "suppressed: hard_bounce",
+        -1,
+    )
+
+
+def test_a_suppressed_preference_mode_claim_moves_to_the_users_next_channel():
+    class Fallback(Router):
+        def route_next(self, claim):
+            return Route("sms", "+447700900123", "", "A-17", ())
+
+    ended = Ended()
+    stage, _ = suppression_stage(
+        {("email", "ada@example.com"): "complaint"}, ended, router=Fallback()
+    )
+    user_claim = claim(user_id="u-1", template="t", payload={}, fallback_channels=("sms",))
+    assert stage.passing([user_claim]) == []
+    [finish] = ended.finishes
+    assert (finish.status, finish.channel, finish.recipient) == (
+        Status.PENDING,
+        "sms",
+        "+447700900123",
+    )
+    assert finish.error == "suppressed: complaint; switched to sms"
+
+
+def test_an_unreadable_suppression_list_fails_the_claims_instead_of_sending():
+    ended, error = Ended(), OperationalError("server closed the connection")
+    stage, _ = suppression_stage({}, ended, error=error)
+    claims = [claim(), claim()]
+    assert stage.passing(claims) == []
+    assert ended.failed == [(claims[0], error), (claims[1], error)]
+
+
+def test_the_suppression_stage_asks_nothing_for_an_empty_claim():
+    stage, listed = suppression_stage({}, Ended())
+    assert stage.passing([]) == []
+    assert listed.calls == []
 
 
 def test_a_claim_for_a_direct_recipient_passes_the_preferences_stage_without_a_look_up():

@@ -52,6 +52,21 @@ def test_body_is_exactly_the_contract_fields_with_an_rfc3339_utc_timestamp():
         "status": "SENT",
         "attemptCount": 2,
         "timestamp": "2026-09-24T12:01:03Z",
+        "type": "status",
+    }
+
+
+def test_a_receipts_event_adds_its_type_receipt_and_message_id():
+    event = claimed(type="receipt.bounced", receipt="bounced", message_id="msg-5521")
+    assert json.loads(webhook_event_body(event)) == {
+        "eventId": str(event.id),
+        "jobId": str(event.notification_id),
+        "status": "SENT",
+        "attemptCount": 2,
+        "timestamp": "2026-09-24T12:01:03Z",
+        "type": "receipt.bounced",
+        "receipt": "bounced",
+        "message_id": "msg-5521",
     }
 
 
@@ -138,6 +153,7 @@ def test_every_webhook_query_is_loaded():
         "webhook_event_claim_plan",
         "webhook_event_claim_due",
         "webhook_events_finish",
+        "webhook_receipt_events_add",
         "webhook_event_reclaim_expired",
         "webhook_event_redeliver",
     }

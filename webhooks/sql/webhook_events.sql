@@ -82,7 +82,7 @@ claimed AS (
     FROM due
     WHERE e.id = due.id
     RETURNING e.id, e.claim_token, e.client_id, e.notification_id, e.status, e.attempt_count,
-              e.occurred_at, e.delivery_attempts
+              e.occurred_at, e.delivery_attempts, e.type, e.receipt, e.message_id
 ),
 numbered AS (
     SELECT c.*,
@@ -99,7 +99,7 @@ opened AS (
 SELECT n.id, n.claim_token, n.notification_id, n.status, n.attempt_count, n.occurred_at,
        n.delivery_attempts, n.attempt_number, cl.webhook_url, cl.webhook_secret,
        cl.previous_webhook_secret, cl.previous_webhook_secret_expires_at,
-       notifyqueue_now() AS claimed_at
+       notifyqueue_now() AS claimed_at, n.type, n.receipt, n.message_id
 FROM numbered AS n
 JOIN clients_client AS cl ON cl.id = n.client_id
 ORDER BY n.id;
@@ -247,4 +247,21 @@ SET state = 'PENDING',
     delivered_at = NULL,
     redeliveries = redeliveries + 1
 WHERE id = ANY(%(event_ids)s) AND state IN ('DELIVERED', 'FAILED')
+RETURNING id;
+
+-- name: webhook_receipt_events_add
+-- A provider's receipts as webhook events, in the transaction that applies them (the
+-- outbox), for the clients that have a webhook URL; delivered as any other event.
+INSERT INTO webhook_event (id, client_id, notification_id, status, attempt_count, occurred_at,
+                           state, delivery_attempts, next_attempt_at, created_at, type,
+                           receipt, message_id)
+SELECT gen_random_uuid(), e.client_id, e.notification_id, e.status, e.attempt_count,
+       e.occurred_at, 'PENDING', 0, notifyqueue_now(), notifyqueue_now(),
+       'receipt.' || e.receipt, e.receipt, e.message_id
+FROM unnest(%(client_ids)s::uuid[], %(notification_ids)s::uuid[], %(statuses)s::text[],
+            %(attempt_counts)s::integer[], %(occurred_ats)s::timestamptz[],
+            %(receipts)s::text[], %(message_ids)s::text[])
+     AS e(client_id, notification_id, status, attempt_count, occurred_at, receipt, message_id)
+JOIN clients_client AS c ON c.id = e.client_id
+WHERE c.webhook_url <> ''
 RETURNING id;

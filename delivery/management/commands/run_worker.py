@@ -52,6 +52,13 @@ def worker_from_settings(*, concurrency: int, batch_size: int) -> Worker:
                 probe_timeout_s=2 * settings.NOTIFYQUEUE_PROVIDER_TIMEOUT_SECONDS,
                 max_hold_s=settings.NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS,
             ),
+            receipt_channels=frozenset(
+                channel
+                for channel, provider in settings.NOTIFYQUEUE_PROVIDERS.items()
+                if provider.get("events_secrets")
+            ),
+            receipt_pending_s=settings.NOTIFYQUEUE_RECEIPT_PENDING_SECONDS,
+            receipt_tolerance_s=settings.NOTIFYQUEUE_RECEIPT_TOLERANCE_SECONDS,
         ),
         policy=RetryPolicy(
             base_s=settings.NOTIFYQUEUE_BACKOFF_BASE_SECONDS,
@@ -110,6 +117,10 @@ class Command(BaseCommand):
         self.stderr.write(
             f"worker {worker.worker_id} started: concurrency={concurrency} batch={batch_size}"
         )
+        if not settings.NOTIFYQUEUE_PUBLIC_URL:
+            self.stderr.write(
+                "NOTIFYQUEUE_PUBLIC_URL is not set: emails carry no List-Unsubscribe header"
+            )
         if metrics_port is not None:
             try:
                 start_http_server(metrics_port)

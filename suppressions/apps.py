@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SuppressionsConfig(AppConfig):
+    name = "suppressions"
+    verbose_name = "Suppression list"
