@@ -112,12 +112,6 @@ class SuppressionStage:
     on the suppression list, for their client or for every client, end here: moved to the
     user's next channel when there is one, else SUPPRESSED with `suppressed: <reason>`;
     never sent. One statement for the whole claim."""
-class QuietHoursStage:
-    """A claim for a user (preference mode) that falls inside one of the user's quiet-hours
-    windows is held: given back PENDING, its attempt returned, due at the window's end in the
-    user's time zone, all decided in PostgreSQL by its clock and time zone database
-    (`notification_quiet_hold_many`). CRITICAL claims and claims with no user pass untouched
-    and cost nothing here."""
 
     def __init__(
         self,
@@ -174,6 +168,18 @@ class QuietHoursStage:
             )
             self.end(finish)
         return passing
+
+
+class QuietHoursStage:
+    """A claim for a user (preference mode) that falls inside one of the user's quiet-hours
+    windows is held: given back PENDING, its attempt returned, due at the window's end in the
+    user's time zone, all decided in PostgreSQL by its clock and time zone database
+    (`notification_quiet_hold_many`). CRITICAL claims and claims with no user pass untouched
+    and cost nothing here."""
+
+    def __init__(
+        self,
+        *,
         repository: QuietHolds,
         fail: Fail,
         held: Callable[[Claim, QuietHeld], None],

@@ -25,8 +25,8 @@ from django.db import connection
 from delivery.circuits.services import Allowed
 from delivery.providers.base import Message, Provider, ProviderResult, TemporaryFailure
 from delivery.repositories import Claim
-from notifyqueue.vocabulary import Priority
 from delivery.unsubscribe.services import unsubscribe_headers
+from notifyqueue.vocabulary import Priority
 
 log = logging.getLogger("notifyqueue.delivery")
 # How many frames a provider's unexpected exception is logged with.

@@ -54,6 +54,7 @@ QUIET_HOURS_HOLDS = Counter(
     "notifyqueue_quiet_hours_holds",
     "Claims given back because their user's quiet hours held them (no attempt used).",
     ["channel"],
+)
 SUPPRESSED_SENDS = Counter(
     "notifyqueue_suppressed_sends",
     "Claims the suppression list stopped at send time (never sent), by suppression reason.",
@@ -191,6 +192,7 @@ class DeliveryMetrics:
     def quiet_hours_held(self, *, channel: str) -> None:
         """A claim given back by its user's quiet hours (settled by its own statement)."""
         QUIET_HOURS_HOLDS.labels(channel=channel).inc()
+
     def suppressed(self, *, channel: str, reason: str) -> None:
         """A claim the suppression list stopped before its send."""
         SUPPRESSED_SENDS.labels(channel=channel, reason=reason).inc()

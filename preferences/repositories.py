@@ -183,6 +183,7 @@ class PreferencesRepository:
 
     def timezone_spelling(self, name: str) -> str | None:
         return TIMEZONES.spelling(name)
+
     def event_mute(self, *, client_id: uuid.UUID, user_id: str, event: str, now: datetime) -> bool:
         """Adds `event` to the user's muted events; False when it was muted already or the
         user has no preferences."""
