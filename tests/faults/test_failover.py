@@ -50,6 +50,11 @@ from tests.support.webhook_receiver import WebhookReceiver
 pytestmark = [pytest.mark.slow]
 
 BUILDS = postgres_builds()
+# Each mode once, on PostgreSQL 16 and 15 between them where both are installed (either runs
+# both modes: `BUILDS`' other entry passes them too, at a minute more of the suite).
+SYNCHRONOUS_BUILD = next((b for b in ("pgserver", "debian-15") if b in BUILDS), None)
+ASYNCHRONOUS_BUILD = next((b for b in ("debian-15", "pgserver") if b in BUILDS), None)
+API_PROCESSES = 1
 BACKLOG = 300
 CREATORS = 4
 WORKERS = 2
@@ -140,6 +145,14 @@ def creator(base: str, api_key: str, traffic: Traffic, number: int) -> None:
             traffic.record(read)
 
 
+def reader(base: str, api_key: str, traffic: Traffic, notification_id: str) -> None:
+    """Reads one notification over and over (the long way: middleware, DRF, its
+    authentication), so that reads meet the gap as well as creates."""
+    while not traffic.stop.is_set():
+        traffic.record(call(base, api_key, "GET", f"/api/v1/notifications/{notification_id}"))
+        time.sleep(RETRY_S / 2)
+
+
 @dataclass
 class Outcome:
     """What the clients were answered, what the promoted standby holds, what the provider and
@@ -177,7 +190,7 @@ def failover(pair: PrimaryAndStandby, *, lag: bool) -> Outcome:
             # Started first: they idle (LISTENing) while gunicorn starts.
             for _ in range(WORKERS):
                 workers.start()
-            with gunicorn_serving(env, workers=2, threads=4, output=api_output) as base:
+            with gunicorn_serving(env, workers=API_PROCESSES, threads=4, output=api_output) as base:
                 outcome = Outcome(Traffic(), provider, receiver)
                 _traffic_through_failover(pair, base, workers, outcome, lag=lag)
             workers.stop_all()
@@ -192,10 +205,11 @@ def failover(pair: PrimaryAndStandby, *, lag: bool) -> Outcome:
 def _traffic_through_failover(pair, base, workers, outcome: Outcome, *, lag: bool) -> None:
     traffic, provider = outcome.traffic, outcome.provider
     backlog_create(base, pair.template.api_key, traffic)
+    api_key, first = pair.template.api_key, next(iter(traffic.accepted.values()))
     threads = [
-        threading.Thread(target=creator, args=(base, pair.template.api_key, traffic, n))
-        for n in range(CREATORS)
+        threading.Thread(target=creator, args=(base, api_key, traffic, n)) for n in range(CREATORS)
     ]
+    threads.append(threading.Thread(target=reader, args=(base, api_key, traffic, first)))
     for thread in threads:
         thread.start()
     try:
@@ -347,15 +361,15 @@ def check_answers(outcome: Outcome, *, lost: frozenset[str] = frozenset()) -> li
     ]
     assert not unexpected, unexpected[:5]
     refused = [a for a in answers if a.status == 503]
-    assert refused, "no request met the gap: nothing was tested"
+    assert {a.method for a in refused} == {"POST", "GET"}, "no request met the gap"
     for answer in refused:
         assert answer.body["error"]["code"] == "database_unavailable", answer
         assert set(answer.body["error"]) == {"code", "message", "fields"}, answer
         assert answer.retry_after == "1", answer
     after = [a for a in answers if a.sent_at > outcome.promoted_at and a.status in (200, 201)]
     assert {a.method for a in after} == {"POST", "GET"}, after[:5]
-    # One gunicorn master, the same two processes all along: none died and was replaced.
-    assert outcome.api_output.count("Booting worker") == 2, outcome.api_output[-3000:]
+    # The same gunicorn processes all along: none died and was replaced.
+    assert outcome.api_output.count("Booting worker") == API_PROCESSES, outcome.api_output[-3000:]
     return refused
 
 
@@ -398,7 +412,7 @@ def check_workers_came_back(outcome: Outcome) -> None:
 
 
 @pytest.mark.skipif(not BUILDS, reason="no PostgreSQL programs (pgserver, or Debian's 15)")
-@pytest.mark.parametrize("build", sorted(BUILDS))
+@pytest.mark.parametrize("build", [SYNCHRONOUS_BUILD])
 def test_synchronous_failover_mid_drain_loses_nothing_and_sends_each_once(build, migrated):
     with primary_and_standby(migrated(build), synchronous=True) as pair:
         outcome = failover(pair, lag=False)
@@ -433,7 +447,7 @@ def test_synchronous_failover_mid_drain_loses_nothing_and_sends_each_once(build,
 
 
 @pytest.mark.skipif(not BUILDS, reason="no PostgreSQL programs (pgserver, or Debian's 15)")
-@pytest.mark.parametrize("build", sorted(BUILDS))
+@pytest.mark.parametrize("build", [ASYNCHRONOUS_BUILD])
 def test_asynchronous_failover_loses_only_what_the_standby_had_not_received(build, migrated):
     with primary_and_standby(migrated(build), synchronous=False) as pair:
         outcome = failover(pair, lag=True)
