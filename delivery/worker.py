@@ -58,6 +58,7 @@ from delivery.upkeep import (
 )
 from delivery.wakeup import WakeupListener
 from monitoring.metrics import DELIVERY as metrics
+from notifyqueue.outage import OutageLog
 from preferences.routing import PreferenceRouter
 from ratelimits.repositories import RateLimitRepository
 from ratelimits.services import RateLimit
@@ -271,17 +272,17 @@ class Worker:
         listener = WakeupListener(self._notify, retry_s=self.config.poll_interval_s)
         listener.start()
         self._next_maintenance = 0.0
+        outage = OutageLog(log, f"delivery loop worker={self.worker_id}")
         try:
             while not self._stopping.is_set():
                 try:
                     if not self._loop_once(until_empty=until_empty):
                         break
+                    outage.succeeded()
                 except DatabaseError:
-                    log.exception(
-                        "database error worker=%s; retrying in %.1fs",
-                        self.worker_id,
-                        self.config.poll_interval_s,
-                    )
+                    # Lost or refused (a restart, a failover): a new connection next turn,
+                    # to whichever server DATABASE_URL's hosts name as writable by then.
+                    outage.failed(self.config.poll_interval_s)
                     connection.close()
                     self._stopping.wait(self.config.poll_interval_s)
         finally:

@@ -405,10 +405,15 @@ def migrated():
 
 
 def check_workers_came_back(outcome: Outcome) -> None:
-    """Each worker's loop and wake-up listener reconnected by themselves (they say so in
-    their logs, and their LISTEN sessions were on the new primary)."""
+    """Each worker's loop, webhook sender and wake-up listener reconnected by themselves
+    (they say so in their logs, and their LISTEN sessions were on the new primary)."""
     logs = outcome.worker_logs
     assert logs.count("wake-up listener reconnected") >= WORKERS, logs[-5000:]
+    # The loop and the webhook sender of each: the outage ended, and was logged once (its
+    # first failure's traceback), not once a retry.
+    assert logs.count(": database answers again after") >= 2 * WORKERS, logs[-5000:]
+    errors = [line for line in logs.splitlines() if " ERROR " in line]
+    assert len(errors) <= 2 * WORKERS, errors
 
 
 @pytest.mark.skipif(not BUILDS, reason="no PostgreSQL programs (pgserver, or Debian's 15)")
