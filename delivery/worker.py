@@ -455,7 +455,13 @@ class Worker:
 
     def _checks_failed(self, claim: Claim, exc: DatabaseError) -> None:
         """Nothing was sent. A failed attempt, not a release: it backs off, and a row that
-        breaks the checks every time runs out of attempts instead of looping."""
+        breaks the checks every time runs out of attempts instead of looping. But when the
+        connection itself was lost (a restart, a failover), the row is not at fault: it is
+        given back with its attempt returned, written once the database answers (the loop
+        logs the outage), so an outage uses up no one's attempts."""
+        if _connection_lost():
+            self._finishes.append(claim_release(claim))
+            return
         log.error("send-time checks failed notification=%s: %r", claim.id, exc)
         result = TemporaryFailure(f"send-time checks failed: {type(exc).__name__}")
         self._finishes.append(self._settle(Sent(claim, None, result, time.monotonic())))
@@ -615,6 +621,12 @@ class Worker:
             self.worker_id,
         )
         self._summary_at = now
+
+
+def _connection_lost() -> bool:
+    """Whether the loop's database connection is gone, rather than a statement refused."""
+    conn = connection.connection
+    return conn is None or conn.closed or conn.broken
 
 
 def _batch_send(provider: BatchProvider, claims: list[Claim]) -> list[ProviderResult]:
