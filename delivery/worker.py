@@ -65,6 +65,7 @@ from delivery.upkeep import (
 )
 from delivery.wakeup import WakeupListener
 from monitoring.metrics import DELIVERY as metrics
+from notifyqueue.outage import OutageLog
 from preferences.routing import PreferenceRouter
 from ratelimits.repositories import RateLimitRepository
 from ratelimits.services import RateLimit
@@ -319,17 +320,17 @@ class Worker:
         listener = WakeupListener(self._notify, retry_s=self.config.poll_interval_s)
         listener.start()
         self._next_maintenance = 0.0
+        outage = OutageLog(log, f"delivery loop worker={self.worker_id}")
         try:
             while not self._stopping.is_set():
                 try:
                     if not self._loop_once(until_empty=until_empty):
                         break
+                    outage.succeeded()
                 except DatabaseError:
-                    log.exception(
-                        "database error worker=%s; retrying in %.1fs",
-                        self.worker_id,
-                        self.config.poll_interval_s,
-                    )
+                    # Lost or refused (a restart, a failover): a new connection next turn,
+                    # to whichever server DATABASE_URL's hosts name as writable by then.
+                    outage.failed(self.config.poll_interval_s)
                     connection.close()
                     self._stopping.wait(self.config.poll_interval_s)
         finally:
@@ -522,7 +523,13 @@ class Worker:
 
     def _checks_failed(self, claim: Claim, exc: DatabaseError) -> None:
         """Nothing was sent. A failed attempt, not a release: it backs off, and a row that
-        breaks the checks every time runs out of attempts instead of looping."""
+        breaks the checks every time runs out of attempts instead of looping. But when the
+        connection itself was lost (a restart, a failover), the row is not at fault: it is
+        given back with its attempt returned, written once the database answers (the loop
+        logs the outage), so an outage uses up no one's attempts."""
+        if _connection_lost():
+            self._finishes.append(claim_release(claim))
+            return
         log.error("send-time checks failed notification=%s: %r", claim.id, exc)
         result = TemporaryFailure(f"send-time checks failed: {type(exc).__name__}")
         self._finishes.append(self._settle(Sent(claim, None, result, time.monotonic())))
@@ -721,6 +728,12 @@ class Worker:
             self.worker_id,
         )
         self._summary_at = now
+
+
+def _connection_lost() -> bool:
+    """Whether the loop's database connection is gone, rather than a statement refused."""
+    conn = connection.connection
+    return conn is None or conn.closed or conn.broken
 
 
 def _batch_send(provider: BatchProvider, claims: list[Claim]) -> list[ProviderResult]:

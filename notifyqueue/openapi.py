@@ -54,8 +54,9 @@ def common_error_responses(operation: dict[str, Any], path: str) -> dict[str, di
             headers=RETRY_AFTER,
         ),
         "503": _error(
-            "The database could not be reached (its session was lost). Send the request "
-            "again; a create sent again with the same Idempotency-Key answers the row if "
+            "The database could not be reached (its session was lost, or the server is "
+            "restarting or failing over to its standby). Send the request again after "
+            "Retry-After; a create sent again with the same Idempotency-Key answers the row if "
             "the lost try made it.",
             headers=RETRY_AFTER,
         ),

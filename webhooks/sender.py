@@ -13,6 +13,7 @@ import time
 
 from django.db import DatabaseError, close_old_connections, connection
 
+from notifyqueue.outage import OutageLog
 from webhooks.services import (
     WebhookBatch,
     WebhookDeliveries,
@@ -61,6 +62,7 @@ class WebhookSender:
     def _run(self) -> None:
         try:
             wait_s = 0.0
+            outage = OutageLog(log, "webhook sender")
             while not self._stop.is_set():
                 close_old_connections()
                 try:
@@ -69,10 +71,11 @@ class WebhookSender:
                     # The finished POSTs' results are kept for the next step (their futures are
                     # done, so that step would not wait): wait here, or a database that refuses
                     # at once is asked again at once.
-                    log.exception("webhook sender step failed; retrying after the poll interval")
+                    outage.failed(self.poll_interval_s)
                     wait_s = 0.0
                     self._stop.wait(self.poll_interval_s)
                     continue
+                outage.succeeded()
                 in_flight = self._deliveries.in_flight if self._deliveries else 0
                 if batch.claimed:
                     wait_s = 0.0

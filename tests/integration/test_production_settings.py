@@ -6,6 +6,7 @@ Each case is a real `manage.py` process with a controlled environment.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -135,3 +136,34 @@ def test_an_app_registry_error_with_sound_settings_keeps_its_traceback(monkeypat
     monkeypatch.setattr(management, "execute_from_command_line", broken)
     with pytest.raises(AppRegistryNotReady, match="a command bug"):
         cli.main(["manage.py", "check"])
+
+
+def test_a_multi_host_database_url_reaches_libpq_as_host_and_port_lists():
+    """libpq's failover form (docs/deploying.md): django-environ keeps the hosts and ports as
+    comma-separated lists and the query's options, and the PostgreSQL backend hands them to
+    libpq as they are. (The failover itself: tests/faults/test_failover.py.)"""
+    url = (
+        "postgresql://notifyqueue:s%40cret@db-a.internal:5432,db-b.internal:5433/notifyqueue"
+        "?target_session_attrs=read-write&connect_timeout=5"
+    )
+    shown = (
+        "import json; from django.db import connection; "
+        "p = connection.get_connection_params(); "
+        "print(json.dumps({k: p.get(k) for k in "
+        "('host', 'port', 'dbname', 'user', 'password', 'target_session_attrs', "
+        "'connect_timeout')}))"
+    )
+    result = manage(
+        "shell", "-c", shown, DATABASE_URL=url, DJANGO_SECRET_KEY=secrets.token_urlsafe(50)
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "host": "db-a.internal,db-b.internal",
+        "port": "5432,5433",
+        "dbname": "notifyqueue",
+        "user": "notifyqueue",
+        "password": "s@cret",
+        "target_session_attrs": "read-write",
+        "connect_timeout": 5,
+    }

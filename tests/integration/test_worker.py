@@ -497,6 +497,42 @@ def test_a_database_error_in_the_send_time_checks_is_a_failed_attempt_not_a_send
     assert outcome == Outcome.TEMPORARY_FAILURE
 
 
+def test_a_connection_lost_in_the_send_time_checks_gives_the_claim_back_unspent(
+    clock, close_workers
+):
+    """The database goes away between the claim and its admission (a restart, a failover):
+    the row did nothing wrong, so it is given back with its attempt returned, not counted as a
+    failed attempt, once the database answers again."""
+    from django.db import DatabaseError, connection
+
+    from ratelimits.services import RateLimit
+
+    class ConnectionLost:
+        def recipients_admit(self, **kwargs):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    notification = NotificationFactory()
+    clock.now = timezone.now()
+    worker = worker_build(
+        concurrency=1,
+        rate_limit=RateLimit(limit=10, window_s=60),
+        rate_limits=ConnectionLost(),
+    )
+    close_workers(worker)
+    with pytest.raises(DatabaseError):  # the step's results cannot be written: kept
+        worker.run_once()
+    connection.close()  # what the loop does before its next turn
+    worker.stop()
+    while worker.run_once(wait_s=0.5).in_flight:
+        pass
+    notification.refresh_from_db()
+    assert (notification.status, notification.attempt_count) == (Status.PENDING, 0)
+    assert notification.last_error is None
+    assert not SimulatedProviderMessage.objects.exists()  # never sent
+    assert DeliveryAttempt.objects.get(notification=notification).outcome == Outcome.RELEASED
+
+
 def test_a_failed_admission_of_a_whole_claim_is_retried_row_by_row(clock, close_workers):
     """The claim's one admission statement fails (a deadlock, say): each row is admitted on its
     own, so only a row that fails alone too pays an attempt; the others are sent."""
