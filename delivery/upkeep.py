@@ -36,6 +36,7 @@ from delivery.receipts.repositories import PendingPosition
 from delivery.receipts.services import receipts_prune, receipts_sweep
 from delivery.repositories import DeliveryRepository, QueueRows
 from monitoring import metrics
+from notifyqueue.outage import OutageLog
 from ratelimits.repositories import RateLimitRepository
 
 log = logging.getLogger("notifyqueue.delivery")
@@ -102,6 +103,8 @@ class Heartbeat:
         self._alive_since = -math.inf
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # A database outage is logged once, however many beats it fails.
+        self._outage = OutageLog(log, f"heartbeat worker={worker_id}")
 
     def run_once(self, *, delivered: int, waiting: bool) -> int:
         """One beat: writes the worker's row, notes whether its wake-up mark was lost (the
@@ -179,13 +182,12 @@ class Heartbeat:
                 except Exception:
                     # Never fatal: a thread that died would leave a live worker looking dead.
                     # A lost connection is opened again at the next try, soon.
-                    log.exception(
-                        "heartbeat failed worker=%s; retrying in %.1fs",
-                        self.worker_id,
-                        min(self.interval_s, HEARTBEAT_RETRY_S),
-                    )
+                    retry_s = min(self.interval_s, HEARTBEAT_RETRY_S)
+                    self._outage.failed(retry_s)
                     connection.close()
-                    next_at = time.monotonic() + min(self.interval_s, HEARTBEAT_RETRY_S)
+                    next_at = time.monotonic() + retry_s
+                else:
+                    self._outage.succeeded()
         finally:
             connection.close()  # this thread's own
 

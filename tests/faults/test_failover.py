@@ -422,10 +422,15 @@ def check_workers_came_back(outcome: Outcome) -> None:
     logs = outcome.worker_logs
     assert logs.count("wake-up listener reconnected") >= WORKERS, logs[-5000:]
     # The loop and the webhook sender of each: the outage ended, and was logged once (its
-    # first failure's traceback), not once a retry.
+    # first failure's traceback), not once a retry; so was the heartbeat's, if a beat fell in
+    # the gap, and an upkeep step (a statistics refresh) that did says so once. Logged once a
+    # retry, two workers wrote 148 tracebacks in a gap of 1.4 s.
     assert logs.count(": database answers again after") >= 2 * WORKERS, logs[-5000:]
     errors = [line for line in logs.splitlines() if " ERROR " in line]
-    assert len(errors) <= 2 * WORKERS, errors
+    assert len(errors) <= 5 * WORKERS, errors
+    for each in ("delivery loop", "webhook sender", "heartbeat"):
+        firsts = [line for line in errors if each in line and "database error" in line]
+        assert len(firsts) <= WORKERS, firsts
 
 
 @pytest.mark.skipif(not BUILDS, reason="no PostgreSQL programs (pgserver, or Debian's 15)")
