@@ -38,6 +38,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
@@ -47,10 +48,11 @@ from delivery.providers.base import BatchProvider, Provider, ProviderResult, Tem
 from delivery.repositories import Claim, DeliveryRepository, Finish, Finished, Hold
 from delivery.send_checks import CircuitStage, send_checks_build
 from delivery.sending import Sends, Sent, message_of
-from delivery.services import RetryPolicy, Router, attempt_finish, claim_release
+from delivery.services import RetryPolicy, Router, attempt_finish, claim_expired, claim_release
 from delivery.upkeep import (
     STATISTICS_CHECK_S,
     ClaimReclaimer,
+    ExpiryFinisher,
     Heartbeat,
     QueueVacuumer,
     StatisticsRefresher,
@@ -100,6 +102,8 @@ class WorkerConfig:
     circuit: CircuitPolicy | None = None
     # Window rows the prune deletes per statement (see delivery.upkeep.WindowPruner).
     prune_batch: int = 10_000
+    # Waiting notifications past their expiry ended per statement (upkeep.ExpiryFinisher).
+    expire_batch: int = 1_000
 
 
 class Worker:
@@ -135,6 +139,9 @@ class Worker:
             repository=self.repository, worker_id=self.worker_id, interval_s=config.heartbeat_s
         )
         self.reclaimer = ClaimReclaimer(repository=self.repository, worker_id=self.worker_id)
+        self.expiry = ExpiryFinisher(
+            repository=self.repository, worker_id=self.worker_id, batch=config.expire_batch
+        )
         self.window_pruner = (
             WindowPruner(
                 repository=self.rate_limits,
@@ -163,6 +170,10 @@ class Worker:
         self._finishes: list[Finish] = []
         # Claims the circuit refused, not yet given back (recorded with the results).
         self._holds: list[tuple[Claim, str]] = []
+        # Claims that passed the checks, whose send must be marked started in the database
+        # before it starts (`Claim.start_checked`), waiting for an idle send thread: marked
+        # only once one is free, so none is marked and then waits (see `_launch`).
+        self._unstarted: list[tuple[Claim, float, float]] = []
         # Claims and outcomes since the last summary line (LOG_SUMMARY_S).
         self._counts: Counter[str] = Counter()
         self._summary_at = time.monotonic()
@@ -215,12 +226,15 @@ class Worker:
         for sent in self._sends.collect(wait_s):
             self._finishes.append(self._settle(sent))
         self._release_withdrawn()
+        if self._unstarted:
+            unstarted, self._unstarted = self._unstarted, []
+            self._launch(unstarted)
         claimed = 0
         # Batch providers finish within the step: only send threads limit what may be claimed.
         free = (
             self.config.batch_size
             if self._all_batch
-            else min(self.config.batch_size, self._sends.free)
+            else min(self.config.batch_size, self._sends.free - len(self._unstarted))
         )
         if claim and not self._stopping.is_set() and free > 0:
             claimed_at = time.monotonic()
@@ -242,7 +256,11 @@ class Worker:
         if claimed:
             self._counts["claimed"] += claimed
         self._log_summary()
-        return StepResult(claimed=claimed, finished=finished, in_flight=self._sends.outstanding)
+        return StepResult(
+            claimed=claimed,
+            finished=finished,
+            in_flight=self._sends.outstanding + len(self._unstarted),
+        )
 
     def _reclaim(self) -> int:
         """Returns expired claims of dead or stalled workers to the queue, then prunes the
@@ -336,7 +354,9 @@ class Worker:
         """What is due at `now` (time.monotonic()): first of all the circuits' rows (until
         written: a worker whose connection drops as it starts retries, as any turn of the
         loop does, rather than exiting); the heartbeat and the reclaim of expired claims
-        every heartbeat_s; a prune of the rate windows per `prune_batch` deliveries admitted;
+        every heartbeat_s, and the end of waiting rows past their expiry (again at every turn while
+        a batch comes back full); a prune of the rate windows per `prune_batch` deliveries
+        admitted;
         the hot tables' statistics every STATISTICS_CHECK_S, so a busy
         worker refreshes them within a second of a burst, and at once when a burst begins
         (see run_once), and at the same checks, once a drain is over (nothing was due at the
@@ -348,7 +368,10 @@ class Worker:
             self.heartbeat.run_once(delivered=self.delivered, waiting=self._waiting)
             if self._reclaim():
                 self._dry = False
+            self.expiry.run_once()
             self._next_maintenance = now + self.config.heartbeat_s
+        elif self.expiry.due:
+            self.expiry.run_once()
         if self.window_pruner and self.window_pruner.due:
             self.window_pruner.run_once()
         if now >= self._next_statistics_check:
@@ -379,6 +402,8 @@ class Worker:
         try:
             # Claims waiting for a send thread have not started: given back, attempts returned.
             self._release_withdrawn()
+            self._finishes += [claim_release(claim) for claim, _, _ in self._unstarted]
+            self._unstarted = []
             while self._sends.outstanding or self._finishes or self._holds:
                 for sent in self._sends.collect(wait_s=0.1):
                     self._finishes.append(self._settle(sent))
@@ -401,10 +426,21 @@ class Worker:
 
     def _start(self, claims: list[Claim], *, start_by: float) -> None:
         """The send-time checks for the whole claim, then the sends. Every claim either
-        starts or ends here with a result to record (or was settled by a deferral)."""
+        starts or ends here with a result to record (or was settled by a deferral), or waits
+        in `_unstarted` for an idle send thread."""
         started = time.monotonic()
+        self._launch([(claim, started, start_by) for claim in self.checks.passing(claims)])
+
+    def _launch(self, claims: list[tuple[Claim, float, float]]) -> None:
+        """Claims that passed the checks: each is released (the worker is stopping, or too
+        little of its claim is left), held (its circuit is open), or sent. A claim whose send
+        must be marked started (`Claim.start_checked`) is sent only on an idle send thread,
+        right after the mark (`_send_start`); without one it waits in `_unstarted`, unmarked,
+        so a cancel can still take it."""
         batches: dict[int, tuple[Provider, list[tuple[Claim, Allowed | None]]]] = {}
-        for claim in self.checks.passing(claims):
+        threaded: list[tuple[Claim, Allowed | None, float, float]] = []
+        idle = self._sends.idle
+        for claim, started, start_by in claims:
             if self._stopping.is_set():
                 # SIGTERM arrived while the claim was being checked: what has not started is
                 # given back, its attempt returned (contract: run_worker's shutdown).
@@ -420,21 +456,73 @@ class Worker:
                 )
                 self._finishes.append(claim_release(claim))
                 continue
+            in_batch = claim.channel in self._batch_channels
+            if claim.start_checked and not in_batch:
+                if idle <= 0:
+                    self._unstarted.append((claim, started, start_by))
+                    continue
+                idle -= 1
             admission = self.circuit_stage.admit(claim.channel)
             if isinstance(admission, Refused):
                 # The provider was never asked: held, no attempt used (`_record`).
                 self._holds.append((claim, self.circuits[claim.channel].name))
                 continue
             provider = self.providers[claim.channel]
-            if claim.channel in self._batch_channels:
+            if in_batch:
                 batches.setdefault(id(provider), (provider, []))[1].append((claim, admission))
             else:
+                threaded.append((claim, admission, started, start_by))
+        checked = [item[0] for item in threaded if item[0].start_checked]
+        checked += [c for _, items in batches.values() for c, _ in items if c.start_checked]
+        startable = self._send_start(checked)
+        # The marked ones first: each takes an idle thread (only the loop submits, so none
+        # took them meanwhile); the others may wait for one.
+        threaded.sort(key=lambda item: not item[0].start_checked)
+        for claim, admission, started, start_by in threaded:
+            if startable(claim):
+                provider = self.providers[claim.channel]
                 self._sends.submit(provider, claim, admission, started, start_by=start_by)
+        now = time.monotonic()
         for provider, items in batches.values():
+            items = [(claim, admission) for claim, admission in items if startable(claim)]
+            if not items:
+                continue
             for (claim, admission), result in zip(
                 items, _batch_send(provider, [claim for claim, _ in items]), strict=True
             ):
-                self._finishes.append(self._settle(Sent(claim, admission, result, started)))
+                self._finishes.append(self._settle(Sent(claim, admission, result, now)))
+
+    def _send_start(self, claims: list[Claim]) -> Callable[[Claim], bool]:
+        """Marks the sends of `claims` started in one statement, just before they start
+        (`notification_send_start`); returns whether a claim may be sent. A claim expired
+        meanwhile ends EXPIRED; one cancelled meanwhile (or taken over) is dropped: it was
+        ended by whoever took it. If the statement fails, none of them is sent: each is a
+        failed attempt, as when the send-time checks fail."""
+        if not claims:
+            return _always
+        try:
+            states = self.repository.notification_send_start(claims)
+        except (OperationalError, InterfaceError):
+            raise
+        except DatabaseError as exc:
+            for claim in claims:
+                self._checks_failed(claim, exc)
+            states = {}
+        for claim in claims:
+            state = states.get(claim.id)
+            if state == "expired":
+                self._finishes.append(claim_expired(claim))
+            elif state is None:
+                log.info(
+                    "not sent notification=%s client=%s channel=%s: cancelled or taken over "
+                    "before its send started worker=%s",
+                    claim.id,
+                    claim.client_id,
+                    claim.channel,
+                    self.worker_id,
+                )
+                self._counts["CANCELLED"] += 1
+        return lambda claim: not claim.start_checked or states.get(claim.id) == "started"
 
     def _release_withdrawn(self) -> None:
         """Gives back the claims that waited for a send thread and must not start now: all of
@@ -614,6 +702,10 @@ class Worker:
             self.worker_id,
         )
         self._summary_at = now
+
+
+def _always(claim: Claim) -> bool:
+    return True
 
 
 def _batch_send(provider: BatchProvider, claims: list[Claim]) -> list[ProviderResult]:

@@ -11,6 +11,7 @@ from django.db import OperationalError
 from delivery.repositories import Claim, Finish
 from delivery.send_checks import (
     CircuitStage,
+    ExpiryStage,
     PreferencesStage,
     RateLimitStage,
     SendChecks,
@@ -122,15 +123,30 @@ def test_the_stages_run_in_order_each_over_what_the_one_before_let_through():
     assert seen == [("first", ["a", "b", "c"]), ("second", ["b", "c"])]
 
 
-def test_the_checks_are_preferences_then_the_rate_limit_and_without_a_limit_preferences_only():
+def test_the_checks_are_preferences_expiry_then_the_rate_limit_and_without_a_limit_no_rate_limit():
     ended = Ended()
     common = {"router": Router(), "rate_limits": Limits(), "worker_id": "w"}
     callbacks = {"end": ended.end, "fail": ended.fail, "deferred": ended.defer}
     pruner = WindowPruner(repository=Limits(), window_s=60, batch=3)
     limited = send_checks_build(rate_limit=RateLimit(10, 60), pruner=pruner, **common, **callbacks)
-    assert [type(s) for s in limited.stages] == [PreferencesStage, RateLimitStage]
+    assert [type(s) for s in limited.stages] == [PreferencesStage, ExpiryStage, RateLimitStage]
     unlimited = send_checks_build(rate_limit=None, pruner=None, **common, **callbacks)
-    assert [type(s) for s in unlimited.stages] == [PreferencesStage]
+    assert [type(s) for s in unlimited.stages] == [PreferencesStage, ExpiryStage]
+
+
+def test_a_claim_past_its_expiry_ends_expired_in_the_expiry_stage_with_its_attempt_returned():
+    ended = Ended()
+    stage = ExpiryStage(end=ended.end, worker_id="w")
+    expired, at_the_second = claim(expires_in_s=-3.0), claim(expires_in_s=0.0)
+    later, never = claim(expires_in_s=0.5), claim()
+    assert stage.passing([expired, later, at_the_second, never]) == [later, never]
+    assert [(f.id, f.status, f.outcome, f.attempt_delta) for f in ended.finishes] == [
+        (expired.id, Status.EXPIRED, "EXPIRED", -1),
+        (at_the_second.id, Status.EXPIRED, "EXPIRED", -1),
+    ]
+    # What passes with an expiry (or a cancellation key) is marked started before its send.
+    assert later.start_checked and claim(cancellable=True).start_checked
+    assert not never.start_checked
 
 
 def test_a_claim_for_a_direct_recipient_passes_the_preferences_stage_without_a_look_up():
