@@ -261,6 +261,14 @@ class Notification(models.Model):
                 name="notification_circuit_held",
                 condition=Q(circuit_held_since__isnull=False),
             ),
+            # The admin's search and filter by cancellation key, across every client; only
+            # rows that carry one have an entry, and the key never changes, so no claim or
+            # finish writes here. (A client's cancel reads the queue's queue_cancellable.)
+            models.Index(
+                fields=["cancellation_key"],
+                name="notification_cancellation_key",
+                condition=Q(cancellation_key__isnull=False),
+            ),
             # The admin's search by idempotency key across every client (the unique index
             # leads with client_id, so it cannot serve a search without one).
             models.Index(fields=["idempotency_key"], name="notification_idempotency_key"),

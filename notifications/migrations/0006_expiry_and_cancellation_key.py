@@ -54,6 +54,10 @@ class Migration(migrations.Migration):
             name='status',
             field=models.CharField(choices=[('PENDING', 'Pending'), ('PROCESSING', 'Processing'), ('SENT', 'Sent'), ('FAILED', 'Failed'), ('DEAD_LETTERED', 'Dead Lettered'), ('CANCELLED', 'Cancelled'), ('SUPPRESSED', 'Suppressed'), ('EXPIRED', 'Expired')], max_length=16),
         ),
+        AddIndexConcurrently(
+            model_name='notification',
+            index=models.Index(condition=models.Q(('cancellation_key__isnull', False)), fields=['cancellation_key'], name='notification_cancellation_key'),
+        ),
         # Each row's expiry and cancellation key's digest join the queue (the triggers below
         # copy them; the columns are new, so no row has either yet).
         AddIndexConcurrently(
