@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -19,6 +20,7 @@ from delivery.worker import Worker, WorkerConfig
 from notifications import retries, services
 from notifications.models import Notification, Status
 from tests.faults.harness import (
+    FINAL,
     Workers,
     all_final,
     faketime_library,
@@ -285,7 +287,10 @@ def test_a_hundred_thousand_under_one_key_cancelled_while_workers_keep_deliverin
 
         def arrive() -> None:
             while not stop.is_set():
-                others.extend(notifications_create(client, ["other@example.com"] * 20))
+                # Each its own recipient: the rate limit (10 an hour) holds no one back.
+                start = len(others)
+                recipients = [f"other{start + n}@example.com" for n in range(20)]
+                others.extend(notifications_create(client, recipients))
                 time.sleep(0.05)
             connection.close()
 
@@ -300,7 +305,15 @@ def test_a_hundred_thousand_under_one_key_cancelled_while_workers_keep_deliverin
             finished = time.time()
             stop.set()
             feeder.join(30)
-        wait_until(all_final, timeout_s=120, what="every notification final")
+        try:
+            wait_until(all_final, timeout_s=120, what="every notification final")
+        except AssertionError as exc:
+            left = Counter(
+                Notification.objects.exclude(status__in=FINAL).values_list(
+                    "status", "cancellation_key"
+                )
+            )
+            raise AssertionError(f"{exc}: {left} cancelled={cancelled}\n{workers.logs()}") from None
         counts = universal_check(provider, workers, webhooks=webhooks)
 
     assert counts[Status.CANCELLED] == cancelled
