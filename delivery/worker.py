@@ -354,10 +354,9 @@ class Worker:
         """What is due at `now` (time.monotonic()): first of all the circuits' rows (until
         written: a worker whose connection drops as it starts retries, as any turn of the
         loop does, rather than exiting); the heartbeat and the reclaim of expired claims
-        every heartbeat_s, and the end of waiting rows past their expiry (again at every turn while
-        a batch comes back full); a prune of the rate windows per `prune_batch` deliveries
-        admitted;
-        the hot tables' statistics every STATISTICS_CHECK_S, so a busy
+        every heartbeat_s, with the end of waiting rows past their expiry (again at every
+        turn while a batch comes back full); a prune of the rate windows per `prune_batch`
+        deliveries admitted; the hot tables' statistics every STATISTICS_CHECK_S, so a busy
         worker refreshes them within a second of a burst, and at once when a burst begins
         (see run_once), and at the same checks, once a drain is over (nothing was due at the
         last claim), the queue's dead rows."""
@@ -507,7 +506,7 @@ class Worker:
         except DatabaseError as exc:
             for claim in claims:
                 self._checks_failed(claim, exc)
-            states = {}
+            return lambda claim: not claim.start_checked
         for claim in claims:
             state = states.get(claim.id)
             if state == "expired":

@@ -10,6 +10,9 @@ Invariants protected here:
 - an operator retry is one conditional UPDATE guarded by the retryable statuses (FAILED,
   DEAD_LETTERED); a bulk retry selects its rows with FOR UPDATE SKIP LOCKED, so two operators
   retrying at once never send the same row back twice;
+- a cancel by key is batches of one statement each (`notifications_cancel_by_key`, SKIP
+  LOCKED), each its own transaction, repeated until no candidate is left: it never waits for a
+  worker, and a worker waits for it at most one batch;
 - a client-scoped read never returns another client's row.
 
 Everything returned is a dataclass or a list of them, never a QuerySet. Named SQL runs

@@ -19,7 +19,10 @@ Invariants protected here:
   `BACKLOG_RECOUNT_S` seconds, so a create never counts the backlog itself;
 - send and due times are decided by the database clock when the row is inserted, never by
   this process's clock;
-- only the owner can cancel, and only a PENDING notification.
+- only the owner can cancel: one notification only while PENDING; by cancellation key, every
+  one of the client's with that key whose send has not started (a claimed one too), and the
+  answer comes only once all of them are CANCELLED;
+- an expiry is later than the send time by the database clock (`notification_expiry_check`).
 
 Every state change made here is logged as one `key=value` line (logger
 `notifyqueue.notifications`) naming the notification, client, channel, attempt and outcome.
