@@ -22,6 +22,10 @@ class Outcome(models.TextChoices):
     # channel, or no allowed channel was left.
     REROUTED = "REROUTED"
     SUPPRESSED = "SUPPRESSED"
+    # Not tried: its expiry passed while it was claimed, or a cancel by key took the claim
+    # before its send started. The attempt is given back.
+    EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
 
 
 class DeliveryAttempt(models.Model):

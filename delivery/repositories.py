@@ -67,6 +67,17 @@ class Claim:
     template: str | None = None
     payload: dict[str, Any] | None = None
     fallback_channels: tuple[str, ...] = ()
+    # Seconds left before the row's expiry when it was claimed, by the database clock (<= 0:
+    # expired); None when it has none (or an earlier send of it started: that one goes on).
+    expires_in_s: float | None = None
+    # A cancel by key may still take the claim until its send is marked started.
+    cancellable: bool = False
+
+    @property
+    def start_checked(self) -> bool:
+        """Whether its send must be marked started, in a last check by the database, just
+        before the provider call (`notification_send_start`)."""
+        return self.cancellable or self.expires_in_s is not None
 
     def __post_init__(self) -> None:
         # The claim statement answers NULL for an empty metadata object and an empty fallback
@@ -148,6 +159,22 @@ class QuietHeld:
 
     id: uuid.UUID
     held_until: datetime
+
+
+@dataclass(frozen=True)
+class _SendStart:
+    id: uuid.UUID
+    # "started" or "expired"
+    state: str
+
+
+@dataclass(frozen=True)
+class Expired:
+    """A waiting row the upkeep ended EXPIRED."""
+
+    id: uuid.UUID
+    client_id: uuid.UUID
+    channel: str
 
 
 @dataclass(frozen=True)
@@ -319,6 +346,25 @@ class DeliveryRepository:
             dead_after_s=dead_after_s,
             limit=limit,
         )
+
+    def notification_send_start(self, claims: list[Claim]) -> dict[uuid.UUID, str]:
+        """The last check before the provider call, one statement for `claims`: each row still
+        PROCESSING under its claim and not past its expiry is marked started ("started"), one
+        past its expiry answers "expired"; a row cancelled meanwhile (or whose claim was taken
+        over) is absent: it must not be sent."""
+        if not claims:
+            return {}
+        rows = SQL.rows(
+            "notification_send_start",
+            row=_SendStart,
+            ids=[c.id for c in claims],
+            tokens=[c.claim_token for c in claims],
+        )
+        return {row.id: row.state for row in rows}
+
+    def notifications_expire(self, *, limit: int) -> list[Expired]:
+        """Ends up to `limit` waiting rows past their expiry EXPIRED; returns them."""
+        return SQL.rows("notifications_expire", row=Expired, limit=limit)
 
     def notification_next_due_in(self) -> float | None:
         """Seconds until the next waiting row is due by the database's clock (<= 0: now)."""

@@ -1,6 +1,9 @@
 """The send-time checks: what a claimed notification passes between its claim and its
 provider call, one stage each, in the contract's order (preferences, suppression, expiry,
-quiet hours, rate limit, circuit, send; the stages built here are those the product has).
+quiet hours, rate limit, circuit, send).
+Between the circuit and the send, the worker marks the sends of claims that carry an expiry
+or a cancellation key started, in one statement (`Worker._send_start`): a claim cancelled or
+expired by then is not sent.
 
 Every stage but the circuit takes the claims that passed the one before and returns those
 that go on, each other one having ended here: its result handed to `end` (to be recorded with
@@ -29,7 +32,7 @@ from django.db import DatabaseError
 
 from delivery.circuits.services import Allowed, Circuit, Refused
 from delivery.repositories import Claim, Finish, QuietHeld
-from delivery.services import Router, claim_recheck, claim_suppress
+from delivery.services import Router, claim_expired, claim_recheck, claim_suppress
 from delivery.upkeep import WindowPruner
 from monitoring.metrics import DELIVERY as metrics
 from notifyqueue.addresses import recipient_key
@@ -167,6 +170,33 @@ class SuppressionStage:
                 self.worker_id,
             )
             self.end(finish)
+        return passing
+
+
+class ExpiryStage:
+    """A claim already past its expiry when claimed (by the database clock: the claim
+    answers the seconds left) ends here EXPIRED, never sent. One that expires later, before
+    its send starts, is caught by the last check before the provider call
+    (`notification_send_start`); a waiting one by the upkeep (`upkeep.ExpiryFinisher`)."""
+
+    def __init__(self, *, end: End, worker_id: str) -> None:
+        self.end = end
+        self.worker_id = worker_id
+
+    def passing(self, claims: list[Claim]) -> list[Claim]:
+        passing = []
+        for claim in claims:
+            if claim.expires_in_s is not None and claim.expires_in_s <= 0:
+                log.debug(
+                    "expired notification=%s client=%s channel=%s outcome=EXPIRED worker=%s",
+                    claim.id,
+                    claim.client_id,
+                    claim.channel,
+                    self.worker_id,
+                )
+                self.end(claim_expired(claim))
+            else:
+                passing.append(claim)
         return passing
 
 
@@ -339,6 +369,7 @@ def send_checks_build(
         SuppressionStage(
             repository=suppressions, router=router, end=end, fail=fail, worker_id=worker_id
         ),
+        ExpiryStage(end=end, worker_id=worker_id),
         QuietHoursStage(repository=repository, fail=fail, held=quiet_held),
     ]
     if rate_limit is not None and pruner is not None:

@@ -161,6 +161,13 @@ class Sends:
         return dict(Counter(call.claim.client_id for call in calls))
 
     @property
+    def idle(self) -> int:
+        """Send threads free now. Until the caller's next submit this can only grow: a
+        finishing call starts a waiting one only while some wait, and then none is idle."""
+        with self._lock:
+            return 0 if self._queued else self.concurrency - len(self._running)
+
+    @property
     def free(self) -> int:
         """How many more claims may be submitted now."""
         return self.concurrency + self.waiting - self.outstanding

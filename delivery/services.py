@@ -12,7 +12,8 @@ Invariants decided here:
 - a notification whose address is on the suppression list is never sent: it moves to the
   user's next allowed fallback, or is SUPPRESSED (`suppressed: <reason>`), without using an
   attempt;
-- a claim given back unstarted (shutdown) returns its attempt and keeps its due time.
+- a claim given back unstarted (shutdown) returns its attempt and keeps its due time;
+- a claim past its expiry is never sent: it ends EXPIRED with its attempt given back.
 """
 
 from __future__ import annotations
@@ -160,3 +161,16 @@ def _recipient(claim: Claim) -> str | None:
 def claim_release(claim: Claim) -> Finish:
     """Gives an unstarted claim back: PENDING again, its attempt returned, due as before."""
     return Finish(claim.id, claim.claim_token, Status.PENDING, Outcome.RELEASED, attempt_delta=-1)
+
+
+def claim_expired(claim: Claim) -> Finish:
+    """A claim whose expiry passed before its send started: EXPIRED, final, never sent; the
+    attempt is given back (the provider was never asked)."""
+    return Finish(
+        claim.id,
+        claim.claim_token,
+        Status.EXPIRED,
+        Outcome.EXPIRED,
+        error="expired: not sent by its expires_at",
+        attempt_delta=-1,
+    )

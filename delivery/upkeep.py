@@ -6,6 +6,8 @@ its own interval; nothing here decides when.
   the wake-up marks of workers not seen for a while;
 - `ClaimReclaimer`: the claims of dead workers, and claims past their timeout, back to the
   queue;
+- `ExpiryFinisher`: waiting notifications past their `expires_at` ended EXPIRED, a bounded
+  batch at a time;
 - `WindowPruner`: rate-window rows that left every window, a bounded statement at a time;
 - `StatisticsRefresher`: ANALYZE of a hot table whose statistics fell behind;
 - `QueueVacuumer`: VACUUM of a queue table a drain left full of dead rows;
@@ -222,6 +224,40 @@ class ClaimReclaimer:
         for cause, count in causes.items():
             metrics.claim_rescued(kind="notification", cause=cause, count=count)
         return len(reclaimed)
+
+
+class ExpiryFinisher:
+    """Ends waiting notifications past their expiry EXPIRED, at most `batch` a statement
+    (`notifications_expire`, read through the queue's partial index of waiting rows with an
+    expiry, so a statement costs the rows it ends, not the backlog). Runs at each heartbeat
+    and, while its last batch came back full (`due`), at every turn of the loop."""
+
+    def __init__(self, *, repository: DeliveryRepository, worker_id: str, batch: int) -> None:
+        self.repository = repository
+        self.worker_id = worker_id
+        self.batch = batch
+        self.due = False
+
+    def run_once(self) -> int:
+        """One statement; returns how many notifications it ended EXPIRED."""
+        expired = self.repository.notifications_expire(limit=self.batch)
+        self.due = len(expired) >= self.batch
+        by_channel: dict[str, int] = {}
+        for row in expired:
+            by_channel[row.channel] = by_channel.get(row.channel, 0) + 1
+            log.debug(
+                "expired notification=%s client=%s channel=%s outcome=EXPIRED status=EXPIRED "
+                "worker=%s",
+                row.id,
+                row.client_id,
+                row.channel,
+                self.worker_id,
+            )
+        for channel, count in by_channel.items():
+            metrics.notifications_expired(channel=channel, count=count)
+        if expired:
+            log.info("expired notifications=%d worker=%s", len(expired), self.worker_id)
+        return len(expired)
 
 
 class WindowPruner:

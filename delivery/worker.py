@@ -43,6 +43,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
@@ -53,10 +54,11 @@ from delivery.receipts.services import receipts_match_finished
 from delivery.repositories import Claim, DeliveryRepository, Finish, Finished, Hold, QuietHeld
 from delivery.send_checks import CircuitStage, send_checks_build
 from delivery.sending import Sends, Sent, message_of
-from delivery.services import RetryPolicy, Router, attempt_finish, claim_release
+from delivery.services import RetryPolicy, Router, attempt_finish, claim_expired, claim_release
 from delivery.upkeep import (
     STATISTICS_CHECK_S,
     ClaimReclaimer,
+    ExpiryFinisher,
     Heartbeat,
     QueueVacuumer,
     ReceiptUpkeep,
@@ -124,6 +126,8 @@ class WorkerConfig:
     receipt_channels: frozenset[str] = frozenset()
     receipt_pending_s: float = 86400.0
     receipt_tolerance_s: float = 300.0
+    # Waiting notifications past their expiry ended per statement (upkeep.ExpiryFinisher).
+    expire_batch: int = 1_000
 
 
 class Worker:
@@ -167,6 +171,9 @@ class Worker:
             worker_id=self.worker_id,
             dead_after_s=config.dead_after_s,
         )
+        self.expiry = ExpiryFinisher(
+            repository=self.repository, worker_id=self.worker_id, batch=config.expire_batch
+        )
         self.window_pruner = (
             WindowPruner(
                 repository=self.rate_limits,
@@ -204,6 +211,10 @@ class Worker:
         self._finishes: list[Finish] = []
         # Claims the circuit refused, not yet given back (recorded with the results).
         self._holds: list[tuple[Claim, str]] = []
+        # Claims that passed the checks, whose send must be marked started in the database
+        # before it starts (`Claim.start_checked`), waiting for an idle send thread: marked
+        # only once one is free, so none is marked and then waits (see `_launch`).
+        self._unstarted: list[tuple[Claim, float, float, float]] = []
         # Claims and outcomes since the last summary line (LOG_SUMMARY_S).
         self._counts: Counter[str] = Counter()
         self._summary_at = time.monotonic()
@@ -260,12 +271,15 @@ class Worker:
         for sent in self._sends.collect(wait_s):
             self._finishes.append(self._settle(sent))
         self._release_withdrawn()
+        if self._unstarted:
+            unstarted, self._unstarted = self._unstarted, []
+            self._launch(unstarted)
         claimed = 0
         # Batch providers finish within the step: only send threads limit what may be claimed.
         free = (
             self.config.batch_size
             if self._all_batch
-            else min(self.config.batch_size, self._sends.free)
+            else min(self.config.batch_size, self._sends.free - len(self._unstarted))
         )
         # A worker whose heartbeat may have lapsed claims nothing: others may be taking its
         # claims over, and it would only give back what it took (see Heartbeat.holds).
@@ -291,7 +305,11 @@ class Worker:
         if claimed:
             self._counts["claimed"] += claimed
         self._log_summary()
-        return StepResult(claimed=claimed, finished=finished, in_flight=self._sends.outstanding)
+        return StepResult(
+            claimed=claimed,
+            finished=finished,
+            in_flight=self._sends.outstanding + len(self._unstarted),
+        )
 
     def _reclaim(self) -> int:
         """Takes back the claims of dead workers and the claims past their timeout, then
@@ -386,7 +404,8 @@ class Worker:
         first heartbeat, which starts the heartbeat's own thread (until written: a worker
         whose connection drops as it starts retries, as any turn of the loop does, rather
         than exiting); its wake-up mark again if a beat found it cleared; the takeover of
-        dead workers' and expired claims every heartbeat_s; a prune of the rate windows per
+        dead workers' and expired claims every heartbeat_s, with the end of waiting rows past
+        their expiry (again at every turn while a batch comes back full); a prune of the rate windows per
         `prune_batch` deliveries admitted; the hot tables' statistics every
         STATISTICS_CHECK_S, so a busy worker refreshes them within a second of a burst, and at
         once when a burst begins (see run_once), and at the same checks, once a drain is over
@@ -405,7 +424,10 @@ class Worker:
         if now >= self._next_maintenance:
             if self._reclaim():
                 self._dry = False
+            self.expiry.run_once()
             self._next_maintenance = now + self.config.heartbeat_s
+        elif self.expiry.due:
+            self.expiry.run_once()
         if self.window_pruner and self.window_pruner.due:
             self.window_pruner.run_once()
         if now >= self._next_statistics_check:
@@ -439,6 +461,8 @@ class Worker:
         try:
             # Claims waiting for a send thread have not started: given back, attempts returned.
             self._release_withdrawn()
+            self._finishes += [claim_release(claim) for claim, *_ in self._unstarted]
+            self._unstarted = []
             while self._sends.outstanding or self._finishes or self._holds:
                 for sent in self._sends.collect(wait_s=0.1):
                     self._finishes.append(self._settle(sent))
@@ -466,10 +490,23 @@ class Worker:
 
     def _start(self, claims: list[Claim], *, start_by: float, claimed_at: float) -> None:
         """The send-time checks for the whole claim, then the sends. Every claim either
-        starts or ends here with a result to record (or was settled by a deferral)."""
+        starts or ends here with a result to record (or was settled by a deferral), or waits
+        in `_unstarted` for an idle send thread."""
         started = time.monotonic()
+        self._launch(
+            [(claim, started, start_by, claimed_at) for claim in self.checks.passing(claims)]
+        )
+
+    def _launch(self, claims: list[tuple[Claim, float, float, float]]) -> None:
+        """Claims that passed the checks: each is released (the worker is stopping, or too
+        little of its claim is left), held (its circuit is open), or sent. A claim whose send
+        must be marked started (`Claim.start_checked`) is sent only on an idle send thread,
+        right after the mark (`_send_start`); without one it waits in `_unstarted`, unmarked,
+        so a cancel can still take it."""
         batches: dict[int, tuple[Provider, list[tuple[Claim, Allowed | None]]]] = {}
-        for claim in self.checks.passing(claims):
+        threaded: list[tuple[Claim, Allowed | None, float, float, float]] = []
+        idle = self._sends.idle
+        for claim, started, start_by, claimed_at in claims:
             if self._stopping.is_set():
                 # SIGTERM arrived while the claim was being checked: what has not started is
                 # given back, its attempt returned (contract: run_worker's shutdown).
@@ -487,23 +524,75 @@ class Worker:
                 )
                 self._finishes.append(claim_release(claim))
                 continue
+            in_batch = claim.channel in self._batch_channels
+            if claim.start_checked and not in_batch:
+                if idle <= 0:
+                    self._unstarted.append((claim, started, start_by, claimed_at))
+                    continue
+                idle -= 1
             admission = self.circuit_stage.admit(claim.channel)
             if isinstance(admission, Refused):
                 # The provider was never asked: held, no attempt used (`_record`).
                 self._holds.append((claim, self.circuits[claim.channel].name))
                 continue
             provider = self.providers[claim.channel]
-            if claim.channel in self._batch_channels:
+            if in_batch:
                 batches.setdefault(id(provider), (provider, []))[1].append((claim, admission))
             else:
+                threaded.append((claim, admission, started, start_by, claimed_at))
+        checked = [item[0] for item in threaded if item[0].start_checked]
+        checked += [c for _, items in batches.values() for c, _ in items if c.start_checked]
+        startable = self._send_start(checked)
+        # The marked ones first: each takes an idle thread (only the loop submits, so none
+        # took them meanwhile); the others may wait for one.
+        threaded.sort(key=lambda item: not item[0].start_checked)
+        for claim, admission, started, start_by, claimed_at in threaded:
+            if startable(claim):
+                provider = self.providers[claim.channel]
                 self._sends.submit(
                     provider, claim, admission, started, start_by=start_by, claimed_at=claimed_at
                 )
+        now = time.monotonic()
         for provider, items in batches.values():
+            items = [(claim, admission) for claim, admission in items if startable(claim)]
+            if not items:
+                continue
             for (claim, admission), result in zip(
                 items, _batch_send(provider, [claim for claim, _ in items]), strict=True
             ):
-                self._finishes.append(self._settle(Sent(claim, admission, result, started)))
+                self._finishes.append(self._settle(Sent(claim, admission, result, now)))
+
+    def _send_start(self, claims: list[Claim]) -> Callable[[Claim], bool]:
+        """Marks the sends of `claims` started in one statement, just before they start
+        (`notification_send_start`); returns whether a claim may be sent. A claim expired
+        meanwhile ends EXPIRED; one cancelled meanwhile (or taken over) is dropped: it was
+        ended by whoever took it. If the statement fails, none of them is sent: each is a
+        failed attempt, as when the send-time checks fail."""
+        if not claims:
+            return _always
+        try:
+            states = self.repository.notification_send_start(claims)
+        except (OperationalError, InterfaceError):
+            raise
+        except DatabaseError as exc:
+            for claim in claims:
+                self._checks_failed(claim, exc)
+            return lambda claim: not claim.start_checked
+        for claim in claims:
+            state = states.get(claim.id)
+            if state == "expired":
+                self._finishes.append(claim_expired(claim))
+            elif state is None:
+                log.info(
+                    "not sent notification=%s client=%s channel=%s: cancelled or taken over "
+                    "before its send started worker=%s",
+                    claim.id,
+                    claim.client_id,
+                    claim.channel,
+                    self.worker_id,
+                )
+                self._counts["CANCELLED"] += 1
+        return lambda claim: not claim.start_checked or states.get(claim.id) == "started"
 
     def _release_withdrawn(self) -> None:
         """Gives back the claims that waited for a send thread and must not start now: all of
@@ -734,6 +823,10 @@ def _connection_lost() -> bool:
     """Whether the loop's database connection is gone, rather than a statement refused."""
     conn = connection.connection
     return conn is None or conn.closed or conn.broken
+
+
+def _always(claim: Claim) -> bool:
+    return True
 
 
 def _batch_send(provider: BatchProvider, claims: list[Claim]) -> list[ProviderResult]:

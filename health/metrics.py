@@ -46,7 +46,7 @@ class QueueCollector:
         yield depth
         estimated = GaugeMetricFamily(
             "notifyqueue_notifications_estimated",
-            "Rows in the final statuses SENT, CANCELLED and SUPPRESSED, estimated from "
+            "Rows in the final statuses SENT, CANCELLED, SUPPRESSED and EXPIRED, estimated from "
             "planner statistics (no count is run).",
             labels=["status"],
         )

@@ -22,7 +22,7 @@ from prometheus_client import Counter, Histogram
 
 from notifyqueue.vocabulary import Channel
 
-FINAL_STATUSES = ("SENT", "FAILED", "DEAD_LETTERED", "SUPPRESSED")
+FINAL_STATUSES = ("SENT", "FAILED", "DEAD_LETTERED", "SUPPRESSED", "EXPIRED")
 
 NOTIFICATIONS_CREATED = Counter(
     "notifyqueue_notifications_created",
@@ -33,6 +33,11 @@ NOTIFICATIONS_FINISHED = Counter(
     "notifyqueue_notifications_finished",
     "Notifications a worker moved to a final status.",
     ["channel", "status"],
+)
+NOTIFICATIONS_CANCELLED = Counter(
+    "notifyqueue_notifications_cancelled",
+    "Notifications the API cancelled, one by id or a group by cancellation key.",
+    ["how"],
 )
 NOTIFICATIONS_RETRIED = Counter(
     "notifyqueue_notifications_retried",
@@ -109,6 +114,17 @@ _CREATED = LabelledChildren(kept=len(Channel))
 
 def notification_created(*, channel: str, count: int = 1) -> None:
     _CREATED.get(NOTIFICATIONS_CREATED, channel=channel).inc(count)
+
+
+def notifications_cancelled(*, count: int, how: str = "key") -> None:
+    """`how`: "id" (POST /notifications/{id}/cancel) or "key" (by cancellation key)."""
+    NOTIFICATIONS_CANCELLED.labels(how=how).inc(count)
+
+
+def notifications_expired(*, channel: str, count: int = 1) -> None:
+    """Waiting notifications the worker's upkeep ended EXPIRED (the claims its expiry stage
+    ends are counted with the other finishes)."""
+    NOTIFICATIONS_FINISHED.labels(channel=channel, status="EXPIRED").inc(count)
 
 
 def notification_retried(*, channel: str) -> None:

@@ -92,6 +92,23 @@ class HeldFilter(admin.SimpleListFilter):
         return queryset.filter(**{f"{mark}__isnull": False, "status": Status.PENDING})
 
 
+class CancellationKeyFilter(admin.SimpleListFilter):
+    """The notifications carrying one cancellation key, every client's (an operator follows a
+    client's report: `?cancellation_key=<key>`, or the key in the search box), read through
+    the record's partial index `notification_cancellation_key`. Shown while a key is chosen."""
+
+    title = "cancellation key"
+    parameter_name = "cancellation_key"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        return [(value, value)] if value else []
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(cancellation_key=value) if value else queryset
+
+
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
     list_display = (
@@ -108,7 +125,15 @@ class NotificationAdmin(ReadOnlyAdmin):
         "created_at",
         "last_error_short",
     )
-    list_filter = (StatusFilter, HeldFilter, "channel", "priority", "client", "created_at")
+    list_filter = (
+        StatusFilter,
+        HeldFilter,
+        "channel",
+        "priority",
+        "client",
+        "created_at",
+        CancellationKeyFilter,
+    )
     list_select_related = ("client",)
     # The order of the indexes notification_recent and notification_client_list, so each
     # filter reads its index in order; filtered by a queued status, the same order read from
@@ -116,7 +141,7 @@ class NotificationAdmin(ReadOnlyAdmin):
     ordering = ("-created_at", "-id")
     sortable_by = ("created_at",)
     search_fields = ("=id", "=recipient", "=idempotency_key")
-    search_help_text = "An exact notification id, recipient or idempotency key."
+    search_help_text = "An exact notification id, recipient, idempotency key or cancellation key."
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     list_per_page = 100
@@ -139,6 +164,7 @@ class NotificationAdmin(ReadOnlyAdmin):
                     "due_at",
                     "held_reason",
                     "held_until",
+                    "expires_at",
                     "fallback_channels",
                 )
             },
@@ -147,10 +173,21 @@ class NotificationAdmin(ReadOnlyAdmin):
             "Operator retries",
             {"fields": ("operator_retries", "last_retried_at", "last_retried_by")},
         ),
-        ("Claim", {"fields": ("claim_token", "claimed_by", "claim_expires_at")}),
+        (
+            "Claim",
+            {"fields": ("claim_token", "claimed_by", "claim_expires_at", "send_started_at")},
+        ),
         (
             "Request",
-            {"fields": ("idempotency_key", "request_fingerprint", "created_at", "updated_at")},
+            {
+                "fields": (
+                    "idempotency_key",
+                    "cancellation_key",
+                    "request_fingerprint",
+                    "created_at",
+                    "updated_at",
+                )
+            },
         ),
     )
     readonly_fields = (
@@ -175,6 +212,7 @@ class NotificationAdmin(ReadOnlyAdmin):
         "due_at",
         "held_reason",
         "held_until",
+        "expires_at",
         "fallback_channels",
         "operator_retries",
         "last_retried_at",
@@ -182,7 +220,9 @@ class NotificationAdmin(ReadOnlyAdmin):
         "claim_token",
         "claimed_by",
         "claim_expires_at",
+        "send_started_at",
         "idempotency_key",
+        "cancellation_key",
         "request_fingerprint",
         "created_at",
         "updated_at",
@@ -228,12 +268,12 @@ class NotificationAdmin(ReadOnlyAdmin):
 
     def get_search_results(self, request, queryset, search_term):
         """Exact matches only, each served by an index (the primary key, the recipient's digest
-        index, the idempotency key's index); Django's default `=` search compares
-        case-insensitively, which no index serves."""
+        index, the idempotency key's index, the cancellation key's); Django's default `=`
+        search compares case-insensitively, which no index serves."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        match = recipient_is(term) | Q(idempotency_key=term)
+        match = recipient_is(term) | Q(idempotency_key=term) | Q(cancellation_key=term)
         with contextlib.suppress(ValueError):
             match |= Q(id=uuid.UUID(term))
         return queryset.filter(match), False

@@ -114,6 +114,8 @@ def notification_representation(
         "template": record.template,
         "fallback_channels": record.fallback_channels,
         "operator_retries": record.operator_retries,
+        "expires_at": when(record.expires_at),
+        "cancellation_key": record.cancellation_key,
         "held_until": when(record.held_until),
         "held_reason": record.held_reason,
         "receipt": record.receipt,

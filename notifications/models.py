@@ -76,6 +76,8 @@ class Status(models.TextChoices):
     DEAD_LETTERED = "DEAD_LETTERED"
     CANCELLED = "CANCELLED"
     SUPPRESSED = "SUPPRESSED"
+    # Not sent by its `expires_at`: final, never sent afterwards.
+    EXPIRED = "EXPIRED"
 
 
 class HeldReason(models.TextChoices):
@@ -109,8 +111,22 @@ def held_reason_of(
 
 
 FINAL_STATUSES = frozenset(
-    {Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.CANCELLED, Status.SUPPRESSED}
+    {
+        Status.SENT,
+        Status.FAILED,
+        Status.DEAD_LETTERED,
+        Status.CANCELLED,
+        Status.SUPPRESSED,
+        Status.EXPIRED,
+    }
 )
+
+
+def cancellation_digest(key: str | Combinable) -> Cast:
+    """`md5(cancellation_key)::uuid`: the queue's key for a cancellation key (up to 255
+    characters), 16 bytes in an index whatever its length. SQL spells the same expression."""
+    value = key if isinstance(key, Combinable) else models.Value(key)
+    return Cast(MD5(value), output_field=models.UUIDField())
 
 
 class Notification(models.Model):
@@ -171,6 +187,17 @@ class Notification(models.Model):
     claim_token = models.UUIDField(null=True, blank=True)
     claimed_by = models.CharField(max_length=200, null=True, blank=True)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
+    # Set by the worker's last check before the provider call (`notification_send_start_many`),
+    # in the statement that finds the row still PROCESSING under its claim and not expired;
+    # cleared by the next claim. A cancel by key takes only claimed rows where it is NULL: the
+    # two meet on the row lock, so a send either started before the cancel (and finishes) or
+    # never starts.
+    send_started_at = models.DateTimeField(null=True, blank=True)
+    # Not sent by then (database clock), the row ends EXPIRED. Never changed after the create.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # The client's key for cancelling a group of notifications at once (POST
+    # /notifications/cancel); found through the queue's `queue_cancellable`.
+    cancellation_key = models.CharField(max_length=255, null=True, blank=True)
 
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -259,6 +286,14 @@ class Notification(models.Model):
                 name="notification_quiet_held",
                 condition=Q(quiet_held_since__isnull=False),
             ),
+            # The admin's search and filter by cancellation key, across every client; only
+            # rows that carry one have an entry, and the key never changes, so no claim or
+            # finish writes here. (A client's cancel reads the queue's queue_cancellable.)
+            models.Index(
+                fields=["cancellation_key"],
+                name="notification_cancellation_key",
+                condition=Q(cancellation_key__isnull=False),
+            ),
             # The admin's search by idempotency key across every client (the unique index
             # leads with client_id, so it cannot serve a search without one).
             models.Index(fields=["idempotency_key"], name="notification_idempotency_key"),
@@ -308,6 +343,10 @@ class NotificationQueue(models.Model):
     # A PENDING row's md5(recipient)::uuid (`recipient_digest`); NULL in any other status, so a
     # claim computes none.
     recipient_digest = models.UUIDField(null=True)
+    # The record's expiry and md5(cancellation_key)::uuid (`cancellation_digest`), copied at
+    # insert; neither ever changes, so they cost the claim and the finish nothing.
+    expires_at = models.DateTimeField(null=True)
+    cancellation_digest = models.UUIDField(null=True)
 
     class Meta:
         db_table = "notification_queue"
@@ -358,6 +397,24 @@ class NotificationQueue(models.Model):
                 fields=["client_id", "status", "-created_at", "-notification"],
                 name="queue_client_status",
                 condition=~Q(status=Status.PROCESSING),
+            ),
+            # The waiting rows that carry an expiry, by it: the worker's upkeep ends those
+            # past it (`notifications_expire`) reading only them, whatever the backlog without
+            # one. A row claimed meanwhile is ended by the worker's own check.
+            models.Index(
+                fields=["expires_at"],
+                name="queue_pending_expiry",
+                condition=Q(status=Status.PENDING, expires_at__isnull=False),
+            ),
+            # A client's unsent rows with a cancellation key, by the key's digest: what a cancel
+            # by key walks (`notifications_cancel_by_key`), its own rows and no others.
+            models.Index(
+                fields=["client_id", "cancellation_digest"],
+                name="queue_cancellable",
+                condition=Q(
+                    status__in=[Status.PENDING, Status.PROCESSING],
+                    cancellation_digest__isnull=False,
+                ),
             ),
             # By status across every client: the operator's listing and retries (FAILED,
             # DEAD_LETTERED, oldest first) and the counts of /status and /metrics by priority

@@ -10,6 +10,9 @@ Invariants protected here:
 - an operator retry is one conditional UPDATE guarded by the retryable statuses (FAILED,
   DEAD_LETTERED); a bulk retry selects its rows with FOR UPDATE SKIP LOCKED, so two operators
   retrying at once never send the same row back twice;
+- a cancel by key is batches of one statement each (`notifications_cancel_by_key`, SKIP
+  LOCKED), each its own transaction, repeated until no candidate is left: it never waits for a
+  worker, and a worker waits for it at most one batch;
 - a client-scoped read never returns another client's row.
 
 Everything returned is a dataclass or a list of them, never a QuerySet. Named SQL runs
@@ -26,6 +29,7 @@ import json
 import operator
 import os
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -94,6 +98,9 @@ class NotificationRecord:
     updated_at: datetime
     last_retried_at: datetime | None = None
     last_retried_by: str | None = None
+    # When it ends EXPIRED if not sent by then, and the client's key for cancelling a group.
+    expires_at: datetime | None = None
+    cancellation_key: str | None = None
     # What holds a PENDING row back (`held_reason`): read by the API's reads of a row, not by
     # the creates (a row just created is held by nothing).
     rate_deferred_from: datetime | None = None
@@ -164,6 +171,10 @@ class NewNotification:
     max_attempts: int
     send_at: datetime | None = None
     delay_seconds: int | None = None
+    # The expiry: a time, or seconds from the send time (the database computes it).
+    expires_at: datetime | None = None
+    ttl_seconds: int | None = None
+    cancellation_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +216,31 @@ class RetriedRow:
     client_id: uuid.UUID
     channel: str
     operator_retries: int
+
+
+@dataclass(frozen=True)
+class _CancelStep:
+    """One batch of a cancel by key: rows cancelled, and whether candidates were left."""
+
+    cancelled: int
+    remaining: bool
+
+
+class CancelNotFinished(Exception):
+    """A cancel by key found rows another transaction kept locked past its deadline."""
+
+    def __init__(self, cancelled: int) -> None:
+        super().__init__(f"{cancelled} cancelled; rows still locked by another transaction")
+        self.cancelled = cancelled
+
+
+# A cancel by key's rows are cancelled this many a statement (each its own transaction).
+CANCEL_BATCH = 1000
+# While a worker's statement holds the last candidates, the cancel looks again this often, for
+# at most this long (a worker's statements last milliseconds; a transaction an operator keeps
+# open does not end on its own).
+CANCEL_LOCKED_RETRY_S = 0.01
+CANCEL_LOCKED_MAX_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -250,7 +286,7 @@ _PRIORITY_POSITION = RECORD_FIELDS.index("priority")
 # answers these columns; a batch's rows carry them among the record's columns (`_chosen`).
 _CHOSEN_COLUMNS = (
     "id", "metadata", "payload", "fallback_channels", "send_at", "due_at", "created_at",
-    "updated_at",
+    "updated_at", "expires_at",
 )  # fmt: skip
 _chosen = operator.itemgetter(*(1 + RECORD_FIELDS.index(column) for column in _CHOSEN_COLUMNS))
 # In a row of `created` and the record's columns.
@@ -372,7 +408,10 @@ def _record_created(
     """The record of a row just inserted for `client_id` from `new`: its id, times and JSON
     values from `chosen` (`_CHOSEN_COLUMNS`' values; an empty metadata object or fallback list
     NULL), everything else as the insert wrote it."""
-    row_id, metadata, payload, fallback_channels, send_at, due_at, created_at, updated_at = chosen
+    (
+        row_id, metadata, payload, fallback_channels, send_at, due_at, created_at, updated_at,
+        expires_at,
+    ) = chosen  # fmt: skip
     return NotificationRecord(
         id=row_id,
         client_id=client_id,
@@ -398,6 +437,8 @@ def _record_created(
         operator_retries=0,
         created_at=created_at,
         updated_at=updated_at,
+        expires_at=expires_at,
+        cancellation_key=new.cancellation_key,
     )
 
 
@@ -419,6 +460,9 @@ def _new_params(new: NewNotification) -> dict[str, Any]:
         "send_at": None if new.send_at is None else new.send_at.isoformat(),
         "delay_seconds": new.delay_seconds,
         "max_attempts": new.max_attempts,
+        "expires_at": None if new.expires_at is None else new.expires_at.isoformat(),
+        "ttl_seconds": new.ttl_seconds,
+        "cancellation_key": new.cancellation_key,
     }
 
 
@@ -636,6 +680,36 @@ class NotificationRepository:
     def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int:
         """The client's PENDING rows, counted up to `limit` and no further."""
         return QUERIES.scalar("client_pending_count", client_id=client_id, limit=limit)
+
+    def database_now(self) -> datetime:
+        """The database clock (`notifyqueue_now()`)."""
+        return QUERIES.scalar("database_now")
+
+    def cancel_by_key(
+        self, *, client_id: uuid.UUID, cancellation_key: str, batch: int = CANCEL_BATCH
+    ) -> int:
+        """Cancels every row of the client with this key whose send has not started, `batch`
+        a statement, each statement its own transaction (outside one: the caller's atomic
+        block would hold every lock to the end); returns how many. Returns only once no
+        candidate is left; raises CancelNotFinished when some stayed locked by other
+        transactions for CANCEL_LOCKED_MAX_S."""
+        total = 0
+        deadline = time.monotonic() + CANCEL_LOCKED_MAX_S
+        while True:
+            step = QUERIES.row(
+                "notifications_cancel_by_key",
+                row=_CancelStep,
+                client_id=client_id,
+                cancellation_key=cancellation_key,
+                limit=batch,
+            )
+            total += step.cancelled
+            if not step.remaining:
+                return total
+            if step.cancelled == 0:
+                if time.monotonic() >= deadline:
+                    raise CancelNotFinished(total)
+                time.sleep(CANCEL_LOCKED_RETRY_S)
 
 
 # Row-value comparisons let PostgreSQL walk the (..., created_at desc, id desc) indexes from the

@@ -12,6 +12,8 @@ from notifications.serializers import (
     BatchOutput,
     BulkRetryInput,
     BulkRetryOutput,
+    CancelByKeyInput,
+    CancelByKeyOutput,
     NotificationCreateInput,
     NotificationListFilters,
     NotificationListOutput,
@@ -55,6 +57,8 @@ EXAMPLE_NOTIFICATION = {
     "template": None,
     "fallback_channels": [],
     "operator_retries": 0,
+    "expires_at": None,
+    "cancellation_key": None,
     "held_until": None,
     "held_reason": None,
     "receipt": None,
@@ -76,6 +80,7 @@ def _error_example(name: str, code: str, message: str, fields: dict, http: int) 
     )
 
 
+EXPIRES_BEFORE_SEND = "expires_at must be later than the send time (send_at, delay_seconds or now)."
 ERROR_UNAUTHENTICATED = OpenApiResponse(ErrorOutput, description="Missing or wrong API key.")
 ERROR_NOT_FOUND = OpenApiResponse(
     ErrorOutput, description="No such notification, or it belongs to another client."
@@ -95,7 +100,11 @@ CREATE = extend_schema(
         "does not fill is a 400 naming it. Preference mode: `user_id` + `template` + "
         "`payload` and no `channel`/`recipient`; the user's preferences choose the channel "
         "and its address, later usable channels become `fallback_channels`, and 422 names "
-        "each channel's reason when none is usable."
+        "each channel's reason when none is usable. `expires_at` (a time later than the send "
+        "time) or `ttl_seconds` (counted from the send time) gives it an expiry: not sent by "
+        "then, by the database's clock, it ends EXPIRED (a webhook event like the other final "
+        "statuses) and is never sent. `cancellation_key` lets POST "
+        "/api/v1/notifications/cancel cancel every notification carrying it at once."
     ),
     parameters=[IDEMPOTENCY_KEY],
     request=NotificationCreateInput,
@@ -120,6 +129,33 @@ CREATE = extend_schema(
     },
     examples=[
         OpenApiExample("An email for a set time", value=EXAMPLE_REQUEST, request_only=True),
+        OpenApiExample(
+            "A one-time code: worthless after ten minutes, cancelled when the user logs in",
+            value={
+                "channel": "sms",
+                "recipient": "+447700900123",
+                "body": "Your code is 123456",
+                "ttl_seconds": 600,
+                "cancellation_key": "login-u-1-2026-12-01",
+            },
+            request_only=True,
+        ),
+        OpenApiExample(
+            "A reminder that means nothing after the event",
+            value={
+                **EXAMPLE_REQUEST,
+                "send_at": "2026-12-01T12:00:00Z",
+                "expires_at": "2026-12-01T14:00:00Z",
+            },
+            request_only=True,
+        ),
+        _error_example(
+            "Expires before it is sent",
+            "expires_before_send",
+            EXPIRES_BEFORE_SEND,
+            {"expires_at": [EXPIRES_BEFORE_SEND]},
+            400,
+        ),
         OpenApiExample(
             "From a template, by the user's preferences",
             value={
@@ -272,6 +308,38 @@ CANCEL = extend_schema(
             "Only a PENDING notification can be cancelled; this one is SENT.",
             {"status": ["SENT"]},
             409,
+        ),
+    ],
+)
+
+CANCEL_BY_KEY = extend_schema(
+    operation_id="notifications_cancel_by_key",
+    summary="Cancel every notification with a cancellation key",
+    description=(
+        "Cancels every notification of yours created with this `cancellation_key` whose send "
+        "has not started: PENDING (scheduled, held by a rate limit or an open circuit, waiting "
+        "out a retry's backoff) or claimed by a worker that has not yet called the provider. "
+        "Answers once all of them are CANCELLED, with how many; none of them is sent after "
+        "the answer. A send already started finishes as it would have and is not counted. "
+        "Another client's notifications with the same key are never touched. Safe to repeat "
+        "(a second call answers 0). A 503 means some stayed locked by another transaction "
+        "for 30 s: those counted so far are cancelled; send it again."
+    ),
+    request=CancelByKeyInput,
+    responses={
+        200: OpenApiResponse(CancelByKeyOutput, description="All of them are now CANCELLED."),
+        400: OpenApiResponse(ErrorOutput, description="No usable cancellation_key."),
+        401: ERROR_UNAUTHENTICATED,
+        503: OpenApiResponse(ErrorOutput, description="Not finished; send it again."),
+    },
+    examples=[
+        OpenApiExample(
+            "Cancel a login's codes",
+            value={"cancellation_key": "login-u-1-2026-12-01"},
+            request_only=True,
+        ),
+        OpenApiExample(
+            "Three cancelled", value={"cancelled": 3}, response_only=True, status_codes=[200]
         ),
     ],
 )

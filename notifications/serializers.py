@@ -49,6 +49,11 @@ DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600
 # A send_at before this is refused rather than read as "now": far-past years overflow when
 # moved to UTC, and no client means them.
 SEND_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+# A time to live counts from the send time: at most a year.
+TTL_SECONDS_MAX = 366 * 24 * 3600
+# An expires_at may lie up to a year past the latest send time (10 years ahead): as far as a
+# send_at plus the longest time to live, and far enough from year 9999 that no date overflows.
+EXPIRES_AT_MAX_AHEAD_S = DELAY_SECONDS_MAX + TTL_SECONDS_MAX
 METADATA_MAX_BYTES = 16 * 1024
 PAYLOAD_MAX_BYTES = 64 * 1024
 JSON_FIELD_MAX_DEPTH = 8
@@ -227,6 +232,13 @@ class StrictIntegerField(serializers.IntegerField):
         return data
 
 
+def validate_idempotency_key(value: str) -> str:
+    problem = idempotency_key_problem(value)
+    if problem:
+        raise serializers.ValidationError(problem)
+    return value
+
+
 class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
     recipient = TextField(
@@ -293,6 +305,29 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text="Preference mode (with template and payload, without channel and "
         "recipient): the user's preferences choose the channel, its address and fallbacks.",
     )
+    expires_at = OffsetDateTimeField(
+        required=False,
+        max_ahead_seconds=EXPIRES_AT_MAX_AHEAD_S,
+        help_text="RFC 3339 with an offset: not sent by then (the database's clock), it ends "
+        "EXPIRED and is never sent. Later than the send time (else 400); at most 11 years "
+        "ahead. Not with ttl_seconds.",
+    )
+    ttl_seconds = StrictIntegerField(
+        required=False,
+        min_value=1,
+        max_value=TTL_SECONDS_MAX,
+        help_text=f"1 to {TTL_SECONDS_MAX} (366 days), counted from the send time: expires_at "
+        "is the send time plus this. Not with expires_at.",
+    )
+    cancellation_key = TextField(
+        required=False,
+        trim_whitespace=False,
+        error_messages={"blank": idempotency_key_problem("")},
+        validators=[validate_idempotency_key],
+        help_text="1-255 printable ASCII characters, your own: POST "
+        "/api/v1/notifications/cancel with it cancels every notification of yours that "
+        "carries it and whose send has not started.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
@@ -314,6 +349,10 @@ def create_rules_broken(attrs: dict[str, Any]) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     if "send_at" in attrs and "delay_seconds" in attrs:
         errors["delay_seconds"] = ["Give send_at or delay_seconds, not both."]
+    if "expires_at" in attrs and "ttl_seconds" in attrs:
+        errors["ttl_seconds"] = ["Give expires_at or ttl_seconds, not both."]
+    elif "expires_at" in attrs and "send_at" in attrs and attrs["expires_at"] <= attrs["send_at"]:
+        errors["expires_at"] = ["Must be later than send_at."]
     if "template" in attrs:
         for name in ("subject", "body"):
             if name in attrs:
@@ -365,14 +404,10 @@ def notification_request(data: dict[str, Any]) -> NotificationRequest:
         template=data.get("template"),
         payload=data.get("payload"),
         user_id=data.get("user_id"),
+        expires_at=data.get("expires_at"),
+        ttl_seconds=data.get("ttl_seconds"),
+        cancellation_key=data.get("cancellation_key"),
     )
-
-
-def validate_idempotency_key(value: str) -> str:
-    problem = idempotency_key_problem(value)
-    if problem:
-        raise serializers.ValidationError(problem)
-    return value
 
 
 class BatchItemInput(NotificationCreateInput):
@@ -390,6 +425,22 @@ class BatchItemInput(NotificationCreateInput):
 # try them before the serializer.
 CREATE_PLAIN = PlainValidator(NotificationCreateInput, rules=create_rules_broken)
 BATCH_ITEM_PLAIN = PlainValidator(BatchItemInput, rules=create_rules_broken)
+
+
+class CancelByKeyInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    cancellation_key = TextField(
+        trim_whitespace=False,
+        error_messages={"blank": idempotency_key_problem("")},
+        validators=[validate_idempotency_key],
+        help_text="The cancellation_key your notifications were created with.",
+    )
+
+
+class CancelByKeyOutput(serializers.Serializer):
+    cancelled = serializers.IntegerField(
+        help_text="How many notifications this call cancelled (all now CANCELLED); those "
+        "whose send had already started are not counted and finish as they would have."
+    )
 
 
 class BatchInput(RejectUnknownFieldsMixin, serializers.Serializer):
@@ -461,6 +512,13 @@ class NotificationOutput(serializers.Serializer):
     template = serializers.CharField(allow_null=True)
     fallback_channels = serializers.ListField(child=serializers.CharField())
     operator_retries = serializers.IntegerField()
+    expires_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Not sent by then (the database's clock), it ends EXPIRED. Null: no expiry.",
+    )
+    cancellation_key = serializers.CharField(
+        allow_null=True, help_text="The key POST /api/v1/notifications/cancel takes. Null: none."
+    )
     held_until = serializers.DateTimeField(
         allow_null=True,
         help_text=(

@@ -19,7 +19,10 @@ Invariants protected here:
   `BACKLOG_RECOUNT_S` seconds, so a create never counts the backlog itself;
 - send and due times are decided by the database clock when the row is inserted, never by
   this process's clock;
-- only the owner can cancel, and only a PENDING notification.
+- only the owner can cancel: one notification only while PENDING; by cancellation key, every
+  one of the client's with that key whose send has not started (a claimed one too), and the
+  answer comes only once all of them are CANCELLED;
+- an expiry is later than the send time by the database clock (`notification_expiry_check`).
 
 Every state change made here is logged as one `key=value` line (logger
 `notifyqueue.notifications`) naming the notification, client, channel, attempt and outcome.
@@ -36,7 +39,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -45,6 +48,8 @@ from rest_framework import status as http
 from monitoring import metrics
 from notifications.models import Priority
 from notifications.repositories import (
+    CANCEL_BATCH,
+    CancelNotFinished,
     DuplicateRequest,
     Inserted,
     KeyCheck,
@@ -118,6 +123,18 @@ class NotificationRequest:
     template: str | None = None
     payload: dict[str, Any] | None = None
     user_id: str | None = None
+    # Not sent by then, it ends EXPIRED: a time, or seconds after the send time.
+    expires_at: datetime | None = None
+    ttl_seconds: int | None = None
+    cancellation_key: str | None = None
+
+
+class ExpiresBeforeSend(InvalidRequest):
+    code = "expires_before_send"
+
+    def __init__(self) -> None:
+        message = "expires_at must be later than the send time (send_at, delay_seconds or now)."
+        super().__init__(message, fields={"expires_at": [message]})
 
 
 class TemplateRenderer(Protocol):
@@ -203,6 +220,10 @@ class NotificationStore(Protocol):
 
     def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int: ...
 
+    def database_now(self) -> datetime: ...
+
+    def cancel_by_key(self, *, client_id: uuid.UUID, cancellation_key: str, batch: int) -> int: ...
+
     def retry_one(
         self, *, notification_id: uuid.UUID, operator: str, now: datetime
     ) -> NotificationRecord | None: ...
@@ -280,6 +301,14 @@ def notification_request_fingerprint(request: NotificationRequest) -> str:
         "payload": request.payload,
         "user_id": request.user_id,
     }
+    # Named only when given, so the fingerprint of a request without them is what it was
+    # before they existed: a replay of an older request still answers 200.
+    if request.expires_at is not None:
+        canonical["expires_at"] = request.expires_at.astimezone(UTC).isoformat()
+    if request.ttl_seconds is not None:
+        canonical["ttl_seconds"] = request.ttl_seconds
+    if request.cancellation_key is not None:
+        canonical["cancellation_key"] = request.cancellation_key
     return hashlib.sha256(_CANONICAL_JSON.encode(canonical).encode()).hexdigest()
 
 
@@ -379,6 +408,8 @@ def notification_create(
             renderer=renderer or NoTemplates(),
             max_attempts=attempts,
         )
+        if request.expires_at is not None:
+            notification_expiry_check(request, now=repository.database_now())
         backlog.check(client_id=client_id, limit=limit, repository=repository)
     except DomainError:
         if unconfirmed_key is not None:
@@ -426,6 +457,10 @@ def notification_batch_create(
     limit = settings.NOTIFYQUEUE_CLIENT_MAX_PENDING if max_pending is None else max_pending
     attempts = settings.NOTIFYQUEUE_MAX_ATTEMPTS if max_attempts is None else max_attempts
     backlog.check(client_id=client_id, limit=limit, repository=repository)
+    # One reading of the database clock for every item with an expiry time.
+    database_now = None
+    if any(isinstance(item, BatchItem) and item.request.expires_at for item in items):
+        database_now = repository.database_now()
     outcomes: list[BatchOutcome | None] = [None] * len(items)
     to_insert: dict[str, tuple[int, NewNotification]] = {}
     # A key that an earlier item of this batch inserts: answered as a replay of that row.
@@ -445,6 +480,8 @@ def notification_batch_create(
                 renderer=renderer,
                 max_attempts=attempts,
             )
+            if database_now is not None and item.request.expires_at is not None:
+                notification_expiry_check(item.request, now=database_now)
         except DomainError as error:
             # The key may already hold this request from before the template or the
             # preferences changed: a replay answers as the first request did.
@@ -546,6 +583,7 @@ def notification_cancel(
             cancelled.attempt_count,
             cancelled.status,
         )
+        metrics.notifications_cancelled(count=1, how="id")
         return cancelled
     current = repository.get(notification_id=notification_id, client_id=client_id)
     if current is None:
@@ -554,6 +592,59 @@ def notification_cancel(
         f"Only a PENDING notification can be cancelled; this one is {current.status}.",
         fields={"status": [current.status]},
     )
+
+
+def notification_expiry_check(request: NotificationRequest, *, now: datetime) -> None:
+    """Raises ExpiresBeforeSend when `request.expires_at` is not later than its send time by
+    the database clock `now` (`send_at`, a past one meaning now; or `delay_seconds` from now).
+    A time to live counts from the send time, so it never precedes it."""
+    if request.expires_at is None:
+        return
+    if request.delay_seconds is not None:
+        send_time = now + timedelta(seconds=request.delay_seconds)
+    else:
+        send_time = max(request.send_at or now, now)
+    if request.expires_at <= send_time:
+        raise ExpiresBeforeSend()
+
+
+class CancelIncomplete(DomainError):
+    code = "cancel_incomplete"
+    http_status = http.HTTP_503_SERVICE_UNAVAILABLE
+
+    def __init__(self, *, cancelled: int) -> None:
+        super().__init__(
+            f"{cancelled} notifications were cancelled, but others with this key stayed locked "
+            "by another transaction; send the cancel again (it is safe to repeat)."
+        )
+        self.headers = {"Retry-After": "1"}
+
+
+def notifications_cancel_by_key(
+    *,
+    client_id: uuid.UUID,
+    cancellation_key: str,
+    repository: NotificationStore | None = None,
+) -> int:
+    """Cancels every notification of the client with this cancellation key whose send has not
+    started: PENDING (whatever holds it) or claimed by a worker that has not yet started the
+    send. Returns how many, once all are CANCELLED; a send already started finishes as it
+    would have, and none starts after this returns."""
+    repository = repository or NotificationRepository()
+    try:
+        cancelled = repository.cancel_by_key(
+            client_id=client_id, cancellation_key=cancellation_key, batch=CANCEL_BATCH
+        )
+    except CancelNotFinished as incomplete:
+        raise CancelIncomplete(cancelled=incomplete.cancelled) from incomplete
+    log.info(
+        "notifications cancelled by key client=%s cancelled=%d outcome=CANCELLED",
+        client_id,
+        cancelled,
+    )
+    if cancelled:
+        metrics.notifications_cancelled(count=cancelled)
+    return cancelled
 
 
 def _notification_prepare(
@@ -596,6 +687,9 @@ def _notification_prepare(
         max_attempts=max_attempts,
         send_at=request.send_at,
         delay_seconds=request.delay_seconds,
+        expires_at=request.expires_at,
+        ttl_seconds=request.ttl_seconds,
+        cancellation_key=request.cancellation_key,
     )
 
 

@@ -12,6 +12,11 @@ urlpatterns = [
         name="notification-retry-bulk",
     ),
     path(
+        "notifications/cancel",
+        views.NotificationCancelByKeyView.as_view(),
+        name="notification-cancel-by-key",
+    ),
+    path(
         "notifications/<str:notification_id>",
         views.NotificationDetailView.as_view(),
         name="notification-detail",

@@ -28,6 +28,8 @@ from notifications.serializers import (
     BatchItemInput,
     BulkRetryInput,
     BulkRetryOutput,
+    CancelByKeyInput,
+    CancelByKeyOutput,
     NotificationCreateInput,
     NotificationListFilters,
     NotificationListOutput,
@@ -115,6 +117,18 @@ class NotificationCancelView(APIView):
             now=timezone.now(),
         )
         return Response(NotificationOutput(cancelled).data)
+
+
+class NotificationCancelByKeyView(APIView):
+    @schema.CANCEL_BY_KEY
+    def post(self, request: Request) -> Response:
+        payload = CancelByKeyInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        cancelled = services.notifications_cancel_by_key(
+            client_id=request.user.id,
+            cancellation_key=payload.validated_data["cancellation_key"],
+        )
+        return Response(CancelByKeyOutput({"cancelled": cancelled}).data)
 
 
 def _operator(request: Request) -> str:

@@ -24,7 +24,13 @@ class DeliveryState(models.TextChoices):
 
 # The statuses an event reports: the final statuses the outbox trigger writes one for
 # (webhooks/sql/functions/notification_webhook_outbox.sql).
-REPORTED_STATUSES = (Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.SUPPRESSED)
+REPORTED_STATUSES = (
+    Status.SENT,
+    Status.FAILED,
+    Status.DEAD_LETTERED,
+    Status.SUPPRESSED,
+    Status.EXPIRED,
+)
 
 
 class WebhookEvent(models.Model):

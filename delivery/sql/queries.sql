@@ -24,9 +24,72 @@
 -- two. The cost grows with the number of clients that have waiting rows, not with the rows
 -- or the history.
 SELECT id, claim_token, client_id, channel, recipient, subject, body, metadata, priority,
-       attempt_count, max_attempts, user_id, template, payload, fallback_channels
+       attempt_count, max_attempts, user_id, template, payload, fallback_channels,
+       expires_in_s, cancellable
 FROM notification_claim_due_many(%(limit)s, %(worker)s, %(claim_timeout_s)s, %(aging_s)s,
                                   %(held_clients)s::uuid[], %(held_counts)s::integer[]);
+
+-- name: notification_send_start
+-- The last check before the provider is called, for the claims that carry an expiry or a
+-- cancellation key (the others need none), in one statement for a step's sends. A row still
+-- PROCESSING under its claim and not past its expiry (database clock) is marked started and
+-- answers `started`; one past its expiry answers `expired` (the worker ends it EXPIRED, not
+-- sent); a row that answers nothing was cancelled meanwhile (or its claim taken over), and is
+-- not sent. A cancel by key takes a claimed row only while it is not marked started, and both
+-- lock the record: whichever comes first decides, so a send starts either before the cancel
+-- (and finishes as it would have) or never. Each row is locked for this statement only.
+WITH claim AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS c(id, claim_token)
+), started AS (
+    UPDATE notification AS n
+    SET send_started_at = notifyqueue_now()
+    FROM claim AS c
+    WHERE n.id = c.id AND n.claim_token = c.claim_token AND n.status = 'PROCESSING'
+      AND (n.expires_at IS NULL OR n.expires_at > notifyqueue_now())
+    RETURNING n.id
+)
+SELECT id, 'started' AS state FROM started
+UNION ALL
+SELECT n.id, 'expired' AS state
+FROM claim AS c
+JOIN notification AS n ON n.id = c.id
+WHERE n.claim_token = c.claim_token AND n.status = 'PROCESSING'
+  AND n.expires_at <= notifyqueue_now()
+  AND n.id NOT IN (SELECT id FROM started);
+
+-- name: notifications_expire
+-- The worker's upkeep (delivery/upkeep.py, `ExpiryFinisher`): up to %(limit)s waiting rows
+-- past their expiry by the database clock end EXPIRED, whatever held them (a schedule, a
+-- retry's backoff, a rate-limit deferral, an open circuit, ...), earliest expiry first. Read
+-- through queue_pending_expiry, whose entries are the waiting rows with an expiry, so the
+-- cost is the rows that expired, not the backlog. SKIP LOCKED: a row a claim or a cancel holds
+-- is theirs (the claim's expiry stage ends it); the record's own state is re-checked on the
+-- locked version. A row whose earlier send started and never reported back (its claim
+-- expired) is left to be sent again under its idempotency key: that send began in time. The
+-- webhook event comes from the outbox trigger.
+WITH chosen AS (
+    SELECT n.id
+    FROM notification_queue AS q
+    JOIN notification AS n ON n.id = q.id
+    WHERE q.status = 'PENDING' AND q.expires_at IS NOT NULL
+      AND q.expires_at <= notifyqueue_now()
+      AND n.send_started_at IS NULL
+    ORDER BY q.expires_at
+    LIMIT %(limit)s
+    FOR UPDATE OF n SKIP LOCKED
+)
+UPDATE notification AS n
+SET status = 'EXPIRED',
+    last_error = 'expired: not sent by ' || to_char(n.expires_at AT TIME ZONE 'UTC',
+                                                    'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+    rate_deferred_from = NULL,
+    circuit_held_since = NULL,
+    quiet_held_since = NULL,
+    updated_at = notifyqueue_now()
+FROM chosen
+WHERE n.id = chosen.id AND n.status = 'PENDING' AND n.expires_at <= notifyqueue_now()
+  AND n.send_started_at IS NULL
+RETURNING n.id, n.client_id, n.channel::varchar AS channel;
 
 -- name: notification_finish
 -- Applies a batch of results (delivery/sql/functions/notification_finish_many.sql): each result

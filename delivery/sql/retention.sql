@@ -26,7 +26,8 @@ WITH scanned AS (
     SELECT n.id
       FROM notification AS n
       JOIN scanned USING (id)
-     WHERE n.status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'CANCELLED', 'SUPPRESSED')
+     WHERE n.status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'CANCELLED', 'SUPPRESSED',
+                        'EXPIRED')
        AND n.updated_at < %(cutoff)s
        AND NOT EXISTS (
            SELECT 1

@@ -22,13 +22,17 @@ WITH clock AS (
         channel, recipient, subject, body, priority, metadata,
         user_id, template, payload, fallback_channels,
         status, send_at, due_at, attempt_count, max_attempts, operator_retries,
-        created_at, updated_at
+        created_at, updated_at, expires_at, cancellation_key
     )
     SELECT notifyqueue_uuid7(), %(client_id)s, %(idempotency_key)s, %(request_fingerprint)s,
            %(channel)s, %(recipient)s, %(subject)s, %(body)s, %(priority)s, %(metadata)s::jsonb,
            %(user_id)s, %(template)s, %(payload)s::jsonb, %(fallback_channels)s::jsonb,
            'PENDING', due.at, due.at, 0, %(max_attempts)s, 0,
-           clock.now, clock.now
+           clock.now, clock.now,
+           CASE WHEN %(ttl_seconds)s::integer IS NOT NULL
+                  THEN due.at + make_interval(secs => %(ttl_seconds)s::integer)
+                ELSE %(expires_at)s::timestamptz END,
+           %(cancellation_key)s
       FROM clock
      CROSS JOIN LATERAL (
         SELECT CASE
@@ -46,7 +50,8 @@ SELECT true AS created,
        new.channel, new.recipient, new.subject, new.body, new.priority, new.metadata,
        new.user_id, new.template, new.payload, new.fallback_channels, new.send_at, new.due_at,
        new.attempt_count, new.max_attempts, new.last_error, new.sent_at, new.operator_retries,
-       new.created_at, new.updated_at, new.last_retried_at, new.last_retried_by
+       new.created_at, new.updated_at, new.last_retried_at, new.last_retried_by,
+       new.expires_at, new.cancellation_key
   FROM new
 UNION ALL
 SELECT false AS created,
@@ -54,7 +59,7 @@ SELECT false AS created,
        n.recipient, n.subject, n.body, n.priority, n.metadata, n.user_id, n.template,
        n.payload, n.fallback_channels, n.send_at, n.due_at, n.attempt_count, n.max_attempts,
        n.last_error, n.sent_at, n.operator_retries, n.created_at, n.updated_at,
-       n.last_retried_at, n.last_retried_by
+       n.last_retried_at, n.last_retried_by, n.expires_at, n.cancellation_key
   FROM notification AS n
  WHERE n.client_id = %(client_id)s
    AND n.idempotency_key = %(idempotency_key)s
@@ -79,20 +84,25 @@ WITH clock AS (
            channel text, recipient text, subject text, body text, priority smallint,
            metadata jsonb, user_id text, template text, payload jsonb,
            fallback_channels jsonb, send_at timestamptz, delay_seconds integer,
-           max_attempts integer)
+           max_attempts integer, expires_at timestamptz, ttl_seconds integer,
+           cancellation_key text)
 ), new AS (
     INSERT INTO notification (
         id, client_id, idempotency_key, request_fingerprint,
         channel, recipient, subject, body, priority, metadata,
         user_id, template, payload, fallback_channels,
         status, send_at, due_at, attempt_count, max_attempts, operator_retries,
-        created_at, updated_at
+        created_at, updated_at, expires_at, cancellation_key
     )
     SELECT notifyqueue_uuid7(), %(client_id)s, i.idempotency_key, i.request_fingerprint,
            i.channel, i.recipient, i.subject, i.body, i.priority, i.metadata,
            i.user_id, i.template, i.payload, i.fallback_channels,
            'PENDING', due.at, due.at, 0, i.max_attempts, 0,
-           clock.now, clock.now
+           clock.now, clock.now,
+           CASE WHEN i.ttl_seconds IS NOT NULL
+                  THEN due.at + make_interval(secs => i.ttl_seconds)
+                ELSE i.expires_at END,
+           i.cancellation_key
       FROM item AS i
      CROSS JOIN clock
      CROSS JOIN LATERAL (
@@ -107,7 +117,7 @@ WITH clock AS (
      ORDER BY i.idempotency_key
     ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
     RETURNING id, idempotency_key, metadata, payload, fallback_channels, send_at, due_at,
-              created_at, updated_at
+              created_at, updated_at, expires_at
 )
 -- NotificationRecord's columns, in its order (read by position).
 SELECT true AS created,
@@ -118,7 +128,8 @@ SELECT true AS created,
        nullif(new.fallback_channels, '[]'::jsonb) AS fallback_channels, new.send_at,
        new.due_at, NULL AS attempt_count,
        NULL AS max_attempts, NULL AS last_error, NULL AS sent_at, NULL AS operator_retries,
-       new.created_at, new.updated_at, NULL AS last_retried_at, NULL AS last_retried_by
+       new.created_at, new.updated_at, NULL AS last_retried_at, NULL AS last_retried_by,
+       new.expires_at, NULL AS cancellation_key
   FROM new
 UNION ALL
 SELECT false AS created,
@@ -126,7 +137,8 @@ SELECT false AS created,
        n.channel, n.recipient, n.subject, n.body, n.priority, n.metadata,
        n.user_id, n.template, n.payload, n.fallback_channels, n.send_at, n.due_at,
        n.attempt_count, n.max_attempts, n.last_error, n.sent_at, n.operator_retries,
-       n.created_at, n.updated_at, n.last_retried_at, n.last_retried_by
+       n.created_at, n.updated_at, n.last_retried_at, n.last_retried_by,
+       n.expires_at, n.cancellation_key
   FROM item AS i
  -- One look-up by the unique (client_id, idempotency_key) index per item (LIMIT keeps the
  -- planner from turning it into a join, which read every row of the client: a cost that
@@ -145,7 +157,7 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
        created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
-       circuit_held_since, quiet_held_since, receipt
+       circuit_held_since, quiet_held_since, receipt, expires_at, cancellation_key
   FROM notification
  WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s;
 
@@ -159,7 +171,7 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
        created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
-       circuit_held_since, quiet_held_since, receipt
+       circuit_held_since, quiet_held_since, receipt, expires_at, cancellation_key
   FROM notification
  WHERE id = %(id)s
    AND (%(client_id)s::uuid IS NULL OR client_id = %(client_id)s::uuid);
@@ -179,7 +191,19 @@ UPDATE notification
 RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, recipient,
           subject, body, priority, metadata, user_id, template, payload, fallback_channels,
           send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
-          created_at, updated_at, last_retried_at, last_retried_by;
+          created_at, updated_at, last_retried_at, last_retried_by, expires_at,
+          cancellation_key;
+
+-- name: notifications_cancel_by_key
+-- One batch of a cancel by key (delivery/sql/functions/notifications_cancel_by_key.sql, the
+-- worker's app's: it ends claims too): how many rows it cancelled, and whether candidates were
+-- left (past the batch, or locked by a worker's statement at that moment).
+SELECT cancelled, remaining
+  FROM notifications_cancel_by_key(%(client_id)s, %(cancellation_key)s, %(limit)s);
+
+-- name: database_now
+-- The database clock, which decides send times and expiries.
+SELECT notifyqueue_now();
 
 -- name: client_pending_count
 -- Counts at most `limit` rows, so the cost is bounded by the limit, not by the backlog: the
@@ -210,7 +234,8 @@ UPDATE notification
 RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, recipient,
           subject, body, priority, metadata, user_id, template, payload, fallback_channels,
           send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
-          created_at, updated_at, last_retried_at, last_retried_by;
+          created_at, updated_at, last_retried_at, last_retried_by, expires_at,
+          cancellation_key;
 
 -- name: notifications_retry_oldest
 -- The bulk retry: up to %(limit)s rows in one status (optionally one channel), oldest first,
@@ -276,7 +301,8 @@ SELECT *
        %(recipient)s, %(subject)s, %(body)s, %(priority)s, %(metadata)s::jsonb,
        %(user_id)s, %(template)s, %(payload)s::jsonb, %(fallback_channels)s::jsonb,
        %(delay_seconds)s::integer, %(send_at)s::timestamptz, %(max_attempts)s,
-       %(key_prefix)s, %(hashed_key)s);
+       %(key_prefix)s, %(hashed_key)s, %(expires_at)s::timestamptz, %(ttl_seconds)s::integer,
+       %(cancellation_key)s);
 
 -- name: notifications_create_checked_many
 -- Several single creates, gathered while another create statement of this process ran

@@ -210,7 +210,8 @@ def test_a_gathered_create_that_waits_on_another_transaction_holds_up_no_other_c
         # Another transaction inserts acme's key "taken" and stays open.
         inserting.execute(
             "SELECT notification_create_checked(%s, 'taken', 'other', 'email', "
-            "'x@example.com', '', 'b', 1, '{}', NULL, NULL, NULL, '[]', NULL, NULL, 5, %s, %s)",
+            "'x@example.com', '', 'b', 1, '{}', NULL, NULL, NULL, '[]', NULL, NULL, 5, %s, %s, "
+            "NULL, NULL, NULL)",
             [acme[0].id, prefix, hashed],
         )
         with client_row_held(database_url, gamma[0].id) as watcher:

@@ -80,15 +80,16 @@ def test_finished_rows_older_than_the_age_go_with_their_whole_history():
     with_history(sent)
     failed = finished(client, status=Status.DEAD_LETTERED)
     cancelled = finished(client, status=Status.CANCELLED)
+    expired = finished(client, status=Status.EXPIRED)
     output = prune("--older-than", "30d")
-    gone = {sent.id, failed.id, cancelled.id}
+    gone = {sent.id, failed.id, cancelled.id, expired.id}
     assert not Notification.objects.filter(id__in=gone).exists()
     assert not DeliveryAttempt.objects.filter(notification_id__in=gone).exists()
     assert not WebhookEvent.objects.filter(notification_id__in=gone).exists()
     assert not WebhookDeliveryAttempt.objects.exists()
     assert not RecipientDelivery.objects.filter(notification_id__in=gone).exists()
     assert not InboxMessage.objects.filter(notification_id__in=gone).exists()
-    assert "done: deleted 3 notification(s)" in output
+    assert "done: deleted 4 notification(s)" in output
     assert "and 1 delivery attempt(s)" in output
 
 

@@ -73,6 +73,9 @@ class InMemoryNotificationRepository:
             due = max(new.send_at or now, now)
         values = dataclasses.asdict(new)
         del values["delay_seconds"]
+        ttl_seconds = values.pop("ttl_seconds")
+        if ttl_seconds is not None:
+            values["expires_at"] = due + timedelta(seconds=ttl_seconds)
         values.update(send_at=due, due_at=due)
         record = NotificationRecord(
             **values,
@@ -148,6 +151,24 @@ class InMemoryNotificationRepository:
         cancelled = dataclasses.replace(record, status=Status.CANCELLED.value, updated_at=now)
         self.rows[record.id] = cancelled
         return cancelled
+
+    def database_now(self) -> datetime:
+        return self.now
+
+    def cancel_by_key(self, *, client_id: uuid.UUID, cancellation_key: str, batch: int) -> int:
+        """Every PENDING row of the client with the key (nothing here is ever claimed)."""
+        chosen = [
+            r
+            for r in self.rows.values()
+            if r.client_id == client_id
+            and r.cancellation_key == cancellation_key
+            and r.status == Status.PENDING
+        ]
+        for record in chosen:
+            self.rows[record.id] = dataclasses.replace(
+                record, status=Status.CANCELLED.value, updated_at=self.now
+            )
+        return len(chosen)
 
     def pending_count(self, *, client_id: uuid.UUID, limit: int) -> int:
         self.pending_counts += 1

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from django.db import connection
 
-COPIED = "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at"
-QUEUE_COLUMNS = f"{COPIED}, claimed_by, recipient_digest"
+COPIED = (
+    "id, client_id, status, priority, channel, due_at, created_at, claim_expires_at, expires_at"
+)
+QUEUE_COLUMNS = f"{COPIED}, claimed_by, recipient_digest, cancellation_digest"
 # The record's values for the queue's columns.
 RECORD_COLUMNS = (
     f"{COPIED}, CASE WHEN status = 'PROCESSING' THEN claimed_by END, "
-    "CASE WHEN status = 'PENDING' THEN md5(recipient)::uuid END"
+    "CASE WHEN status = 'PENDING' THEN md5(recipient)::uuid END, md5(cancellation_key)::uuid"
 )
 
 

@@ -11,6 +11,7 @@ from django.db import OperationalError
 from delivery.repositories import Claim, Finish, QuietHeld
 from delivery.send_checks import (
     CircuitStage,
+    ExpiryStage,
     PreferencesStage,
     QuietHoursStage,
     RateLimitStage,
@@ -154,7 +155,7 @@ class Suppressed:
         return {k: v for k, v in found.items() if v}
 
 
-def test_the_checks_are_preferences_suppression_quiet_hours_then_the_rate_limit():
+def test_the_checks_are_in_the_contracts_order_and_without_a_limit_no_rate_limit():
     ended = Ended()
     common = {
         "router": Router(),
@@ -174,6 +175,7 @@ def test_the_checks_are_preferences_suppression_quiet_hours_then_the_rate_limit(
     assert [type(s) for s in limited.stages] == [
         PreferencesStage,
         SuppressionStage,
+        ExpiryStage,
         QuietHoursStage,
         RateLimitStage,
     ]
@@ -181,6 +183,7 @@ def test_the_checks_are_preferences_suppression_quiet_hours_then_the_rate_limit(
     assert [type(s) for s in unlimited.stages] == [
         PreferencesStage,
         SuppressionStage,
+        ExpiryStage,
         QuietHoursStage,
     ]
 
@@ -284,6 +287,21 @@ def test_the_suppression_stage_asks_nothing_for_an_empty_claim():
     stage, listed = suppression_stage({}, Ended())
     assert stage.passing([]) == []
     assert listed.calls == []
+
+
+def test_a_claim_past_its_expiry_ends_expired_in_the_expiry_stage_with_its_attempt_returned():
+    ended = Ended()
+    stage = ExpiryStage(end=ended.end, worker_id="w")
+    expired, at_the_second = claim(expires_in_s=-3.0), claim(expires_in_s=0.0)
+    later, never = claim(expires_in_s=0.5), claim()
+    assert stage.passing([expired, later, at_the_second, never]) == [later, never]
+    assert [(f.id, f.status, f.outcome, f.attempt_delta) for f in ended.finishes] == [
+        (expired.id, Status.EXPIRED, "EXPIRED", -1),
+        (at_the_second.id, Status.EXPIRED, "EXPIRED", -1),
+    ]
+    # What passes with an expiry (or a cancellation key) is marked started before its send.
+    assert later.start_checked and claim(cancellable=True).start_checked
+    assert not never.start_checked
 
 
 def test_a_claim_for_a_direct_recipient_passes_the_preferences_stage_without_a_look_up():

@@ -1,10 +1,10 @@
 """`manage.py prune_notifications --older-than 30d [--batch 1000]`.
 
-Deletes notifications that finished (SENT, FAILED, DEAD_LETTERED, CANCELLED, SUPPRESSED) before
-the cutoff, with their attempts, webhook events, inbox messages and rate-limit records, in
-short batches (one statement each, skipping rows another transaction holds), printing each
-batch and the total. The cutoff is the database clock when the run starts, minus the age. Once
-a notification is pruned its idempotency key may be used again.
+Deletes notifications that finished (SENT, FAILED, DEAD_LETTERED, CANCELLED, SUPPRESSED,
+EXPIRED) before the cutoff, with their attempts, webhook events, inbox messages and rate-limit
+records, in short batches (one statement each, skipping rows another transaction holds),
+printing each batch and the total. The cutoff is the database clock when the run starts, minus
+the age. Once a notification is pruned its idempotency key may be used again.
 """
 
 from __future__ import annotations

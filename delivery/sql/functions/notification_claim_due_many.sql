@@ -8,8 +8,13 @@
 -- SET clauses keep that plan to the indexes. The last three parameters have defaults so that
 -- a worker of the previous release, still running while the migration lands, claims
 -- through it.
+-- A row with an expiry answers the seconds left of it by the database clock (<= 0: expired,
+-- for the worker's expiry stage to end), and a row that may be cancelled by key says so: both
+-- go through the worker's last check before the provider call. A row whose earlier send
+-- started and never reported back (its claim expired) answers neither: that send goes on as it
+-- would have.
 CREATE OR REPLACE FUNCTION notification_claim_due_many(p_limit integer, p_worker text, p_claim_timeout_s double precision, p_aging_s double precision DEFAULT 0, p_held_clients uuid[] DEFAULT NULL::uuid[], p_held_counts integer[] DEFAULT NULL::integer[])
- RETURNS TABLE(id uuid, claim_token uuid, client_id uuid, channel notification_channel, recipient character varying, subject text, body text, metadata jsonb, priority notification_priority, attempt_count notification_count, max_attempts notification_count, user_id character varying, template character varying, payload jsonb, fallback_channels jsonb)
+ RETURNS TABLE(id uuid, claim_token uuid, client_id uuid, channel notification_channel, recipient character varying, subject text, body text, metadata jsonb, priority notification_priority, attempt_count notification_count, max_attempts notification_count, user_id character varying, template character varying, payload jsonb, fallback_channels jsonb, expires_in_s double precision, cancellable boolean)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
  SET enable_seqscan TO 'off'
@@ -178,7 +183,11 @@ BEGIN
         WHERE n.id = ANY (ARRAY[due.id]) AND n.status = 'PENDING' AND n.due_at <= notifyqueue_now()
         RETURNING n.id, n.claim_token, n.client_id, n.channel, n.recipient, n.subject, n.body,
                   n.metadata, n.priority, due.place, n.attempt_count,
-                  n.max_attempts, n.user_id, n.template, n.payload, n.fallback_channels
+                  n.max_attempts, n.user_id, n.template, n.payload, n.fallback_channels,
+                  CASE WHEN n.send_started_at IS NULL
+                       THEN extract(epoch FROM n.expires_at - notifyqueue_now())::float8
+                  END AS expires_in_s,
+                  n.cancellation_key IS NOT NULL AND n.send_started_at IS NULL AS cancellable
     ), attempt AS (
         INSERT INTO delivery_attempt (notification_id, claim_token, number, channel, worker,
                                       started_at)
@@ -190,7 +199,8 @@ BEGIN
     -- claimed rows have no JSON for the worker to decode.
     SELECT c.id, c.claim_token, c.client_id, c.channel, c.recipient, c.subject, c.body,
            nullif(c.metadata, '{}'::jsonb), c.priority, c.attempt_count, c.max_attempts,
-           c.user_id, c.template, c.payload, nullif(c.fallback_channels, '[]'::jsonb)
+           c.user_id, c.template, c.payload, nullif(c.fallback_channels, '[]'::jsonb),
+           c.expires_in_s, c.cancellable
     FROM claimed AS c
     ORDER BY c.place;
 END $function$;

@@ -44,6 +44,8 @@ BEGIN
             circuit_held_since = CASE WHEN r.attempt_delta < 0 THEN n.circuit_held_since END,
             claim_token = NULL,
             claim_expires_at = NULL,
+            -- The send that started has an answer: a row due again may be cancelled again.
+            send_started_at = NULL,
             updated_at = notifyqueue_now()
         FROM result AS r
         WHERE n.id = ANY (ARRAY[r.id]) AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
