@@ -405,8 +405,8 @@ class Worker:
         whose connection drops as it starts retries, as any turn of the loop does, rather
         than exiting); its wake-up mark again if a beat found it cleared; the takeover of
         dead workers' and expired claims every heartbeat_s, with the end of waiting rows past
-        their expiry (again at every turn while a batch comes back full); a prune of the rate windows per
-        `prune_batch` deliveries admitted; the hot tables' statistics every
+        their expiry (again at every turn while a batch comes back full); a prune of the rate
+        windows per `prune_batch` deliveries admitted; the hot tables' statistics every
         STATISTICS_CHECK_S, so a busy worker refreshes them within a second of a burst, and at
         once when a burst begins (see run_once), and at the same checks, once a drain is over
         (nothing was due at the last claim), the queue's dead rows."""
