@@ -261,8 +261,12 @@ def test_a_claim_whose_expiry_passes_while_it_waits_for_a_send_thread_is_never_s
 ):
     provider, url = loopback
     provider.hold = True
-    first = NotificationFactory.create_batch(2, expires_at=clock.now + timedelta(seconds=300))
-    second = NotificationFactory(expires_at=clock.now + timedelta(seconds=30))
+    # One client's rows, so the claim keeps their order (clients take turns otherwise).
+    client = ClientFactory()
+    first = NotificationFactory.create_batch(
+        2, client=client, expires_at=clock.now + timedelta(seconds=300)
+    )
+    second = NotificationFactory(client=client, expires_at=clock.now + timedelta(seconds=30))
     # Two send threads: the third claim waits for one, its send not yet marked started.
     worker = http_worker(url, concurrency=2)
     close_workers(worker)
