@@ -14,11 +14,11 @@ last and per claim, just before its call, as its half-open probe admits the very
 follows it (`CircuitStage`); a claim it refuses is held, its attempt given back, with the
 step's other refusals in one statement (the worker's `_record_holds`).
 
-Invariants: the suppression list reads the whole claim in one statement; the quiet hours and the
-rate limit each decide the whole claim in one statement (a row at a time only after that
-statement failed); a stage costs nothing per claim that it does
-not concern; no stage holds a lock or a transaction open after it returns; a claim held by
-quiet hours or deferred by the rate limit uses no attempt.
+Invariants: the preferences, the quiet hours and the rate limit each decide the whole claim
+in one statement (the preferences in two when fallbacks need their templates; a row at a time
+only after that failed), and the suppression list reads it in one; a stage costs nothing per
+claim that it does not concern; no stage holds a lock or a transaction open after it returns;
+a claim held by quiet hours or deferred by the rate limit uses no attempt.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from delivery.upkeep import WindowPruner
 from monitoring.metrics import DELIVERY as metrics
 from notifyqueue.addresses import recipient_key
 from notifyqueue.vocabulary import Priority
+from preferences.routing import SendRoutes
 from ratelimits.repositories import Admitted, Deferred, RateLimitRepository
 from ratelimits.services import RateLimit, recipients_admit
 from suppressions.repositories import AddressCheck, SuppressionRepository
@@ -75,7 +76,9 @@ class SendChecks:
 
 class PreferencesStage:
     """A preference-mode claim is checked against the user's current preferences: sent
-    (possibly at a new address), or ended here (switched to a fallback or SUPPRESSED)."""
+    (possibly at a new address), or ended here (switched to a fallback or SUPPRESSED). The
+    users of the whole claim are read at once (`Router.routes_at_send`); claims with no user
+    pass untouched and cost nothing here."""
 
     def __init__(self, *, router: Router, end: End, fail: Fail, worker_id: str) -> None:
         self.router = router
@@ -84,16 +87,25 @@ class PreferencesStage:
         self.worker_id = worker_id
 
     def passing(self, claims: list[Claim]) -> list[Claim]:
-        return [claim for claim in map(self._recheck, claims) if claim is not None]
-
-    def _recheck(self, claim: Claim) -> Claim | None:
-        if claim.user_id is None:
-            return claim
+        concerned = [claim for claim in claims if claim.user_id is not None]
+        if not concerned:
+            return claims
         try:
-            rechecked = claim_recheck(claim, router=self.router)
+            routes = dict(self.router.routes_at_send(concerned))
         except DatabaseError as exc:
-            self.fail(claim, exc)
-            return None
+            routes = self._route_one_by_one(concerned, exc)
+        passing = []
+        for claim in claims:
+            if claim.user_id is None:
+                passing.append(claim)
+            elif claim.id in routes:
+                rechecked = self._recheck(claim, routes[claim.id])
+                if rechecked is not None:
+                    passing.append(rechecked)
+        return passing
+
+    def _recheck(self, claim: Claim, routes: SendRoutes) -> Claim | None:
+        rechecked = claim_recheck(claim, routes)
         if isinstance(rechecked, Finish):
             log.debug(
                 "preferences changed notification=%s client=%s channel=%s status=%s "
@@ -108,6 +120,24 @@ class PreferencesStage:
             self.end(rechecked)
             return None
         return rechecked
+
+    def _route_one_by_one(
+        self, claims: list[Claim], exc: DatabaseError
+    ) -> dict[uuid.UUID, SendRoutes]:
+        """After the claim's read failed (a passing error): each claim on its own, so one bad
+        row costs only its own attempt; a claim whose read fails alone too is a failed attempt,
+        nothing sent, and has no routes here."""
+        if len(claims) == 1:
+            self.fail(claims[0], exc)
+            return {}
+        log.warning("preferences of a claim of %d unreadable (%r); one by one", len(claims), exc)
+        routes: dict[uuid.UUID, SendRoutes] = {}
+        for claim in claims:
+            try:
+                routes |= self.router.routes_at_send([claim])
+            except DatabaseError as row_exc:
+                self.fail(claim, row_exc)
+        return routes
 
 
 class SuppressionStage:

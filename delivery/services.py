@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,7 +30,7 @@ from delivery.providers.base import Accepted, PermanentFailure, ProviderResult, 
 from delivery.repositories import Claim, Finish
 from notifications.models import Status
 from notifyqueue.backoff import jittered
-from preferences.routing import Route
+from preferences.routing import Route, SendRoutes
 from suppressions.services import suppression_reason_text
 
 
@@ -46,24 +48,25 @@ class RetryPolicy:
 
 
 class Router(Protocol):
-    """Reads a user's current preferences (and templates) for the worker."""
+    """Reads users' current preferences (and templates) for the worker."""
 
-    def route_current(self, claim: Claim) -> Route | None:
-        """The claim's own channel, at the user's current address, if still allowed."""
+    def routes_at_send(self, claims: Sequence[Claim]) -> Mapping[uuid.UUID, SendRoutes]:
+        """Each preference-mode claim's routes now (by its id), read for the whole claim at
+        once."""
 
     def route_next(self, claim: Claim) -> Route | None:
         """The first of the claim's fallbacks allowed now, rendered for it; None if none is."""
 
 
-def claim_recheck(claim: Claim, *, router: Router) -> Claim | Finish:
-    """Before a preference-mode send: the claim to send (at the user's current address), or
-    the Finish that moves it to a fallback or SUPPRESSED. Nothing is sent in the latter case,
-    so the attempt is given back (a switch resets the count anyway)."""
-    current = router.route_current(claim)
-    if current is not None:
-        return dataclasses.replace(claim, recipient=current.recipient)
+def claim_recheck(claim: Claim, routes: SendRoutes) -> Claim | Finish:
+    """Before a preference-mode send, given what the user's current preferences allow
+    (`Router.routes_at_send`): the claim to send (at the user's current address), or the Finish
+    that moves it to a fallback or SUPPRESSED. Nothing is sent in the latter case, so the
+    attempt is given back (a switch resets the count anyway)."""
+    if routes.current is not None:
+        return dataclasses.replace(claim, recipient=routes.current.recipient)
     reason = f"{claim.channel} is no longer allowed by the user's preferences"
-    switch = router.route_next(claim)
+    switch = routes.fallback
     if switch is None:
         return Finish(
             claim.id,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
@@ -205,6 +206,22 @@ class PreferencesRepository:
             .first()
         )
         return None if values is None else _PreferencesRow(**values).record()
+
+    def get_many(
+        self, *, users: Collection[tuple[uuid.UUID, str]]
+    ) -> dict[tuple[uuid.UUID, str], PreferencesRecord]:
+        """The preferences of each (client id, user id) given that has some, by that pair, in
+        one statement."""
+        if not users:
+            return {}
+        client_ids, user_ids = zip(*users, strict=True)
+        rows = SQL.rows(
+            "preferences_read_many",
+            row=_PreferencesRow,
+            client_ids=list(client_ids),
+            user_ids=list(user_ids),
+        )
+        return {(row.client_id, row.user_id): row.record() for row in rows}
 
 
 class InboxRepository:

@@ -12,14 +12,16 @@ Invariants protected here:
 - every usable channel's template is rendered at create, so a payload that cannot fill a
   fallback is refused then (400), not discovered when the fallback is needed;
 - the worker re-reads the preferences before each send (`PreferenceRouter`): a channel the
-  user no longer allows is never sent on, and the current address is used.
+  user no longer allows is never sent on, and the current address is used; a whole claim's
+  users are read in one statement, so the re-check's cost per claim does not grow with the
+  number of users who have preferences.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -102,6 +104,17 @@ class Route:
     fallback_channels: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class SendRoutes:
+    """What a user's current preferences allow a claimed notification at send time."""
+
+    # Its own channel, at the user's current address; None when the user no longer allows it.
+    current: Route | None
+    # Only when `current` is None: the first of its fallbacks allowed now, rendered for it;
+    # None when none is.
+    fallback: Route | None = None
+
+
 # The two Protocols below are what this app reads of the notifications app's create request
 # and of the worker's claim; apps above preferences pass their own values in
 # (docs/technical-design.md, Layers).
@@ -150,11 +163,19 @@ class Routable(Protocol):
 class PreferenceStore(Protocol):
     def get(self, *, client_id: uuid.UUID, user_id: str) -> PreferencesRecord | None: ...
 
+    def get_many(
+        self, *, users: Collection[tuple[uuid.UUID, str]]
+    ) -> dict[tuple[uuid.UUID, str], PreferencesRecord]: ...
+
 
 class TemplateLookup(Protocol):
     def get_many(
         self, *, client_id: uuid.UUID, event: str, channels: list[str]
     ) -> dict[str, TemplateRecord]: ...
+
+    def get_each(
+        self, *, keys: Collection[tuple[uuid.UUID, str, str]]
+    ) -> dict[tuple[uuid.UUID, str, str], TemplateRecord]: ...
 
 
 def channel_address(preferences: PreferencesRecord, channel: str) -> str | None:
@@ -243,7 +264,7 @@ class NotificationContent:
 
 
 class PreferenceRouter:
-    """The worker's view of a user's preferences at send time (delivery.services.Router)."""
+    """The worker's view of users' preferences at send time (delivery.services.Router)."""
 
     def __init__(
         self,
@@ -254,52 +275,101 @@ class PreferenceRouter:
         self.preferences = preferences or PreferencesRepository()
         self.templates = templates or TemplateRepository()
 
-    def route_current(self, claim: Routable) -> Route | None:
-        preferences = self._preferences(claim)
-        event = claim.template or ""
-        if preferences is None or channel_refusal(preferences, event=event, channel=claim.channel):
-            return None
-        return Route(
-            channel=claim.channel,
-            recipient=channel_address(preferences, claim.channel) or claim.recipient,
-            subject=claim.subject,
-            body=claim.body,
-            fallback_channels=claim.fallback_channels,
+    def routes_at_send(self, claims: Sequence[Routable]) -> dict[uuid.UUID, SendRoutes]:
+        """Each claim's routes (by its id) under its user's preferences now: every user's
+        preferences read in one statement, and, when some claims' channels are no longer
+        allowed, their fallbacks' templates in one more."""
+        users = {(claim.client_id, claim.user_id or "") for claim in claims}
+        found = self.preferences.get_many(users=users)
+        preferences = {
+            claim.id: found.get((claim.client_id, claim.user_id or "")) for claim in claims
+        }
+        current = {claim.id: _route_current(claim, preferences[claim.id]) for claim in claims}
+        rerouted = [
+            claim
+            for claim in claims
+            if current[claim.id] is None
+            and preferences[claim.id] is not None
+            and claim.fallback_channels
+        ]
+        templates = self.templates.get_each(
+            keys={
+                (claim.client_id, claim.template or "", channel)
+                for claim in rerouted
+                for channel in claim.fallback_channels
+            }
         )
+        routes = {claim.id: SendRoutes(current=current[claim.id]) for claim in claims}
+        for claim in rerouted:
+            event = claim.template or ""
+            routes[claim.id] = SendRoutes(
+                current=None,
+                fallback=_route_fallback(
+                    claim,
+                    preferences[claim.id],
+                    {
+                        channel: templates[key]
+                        for channel in claim.fallback_channels
+                        if (key := (claim.client_id, event, channel)) in templates
+                    },
+                ),
+            )
+        return routes
 
     def route_next(self, claim: Routable) -> Route | None:
-        preferences = self._preferences(claim)
+        preferences = self.preferences.get(client_id=claim.client_id, user_id=claim.user_id or "")
         if preferences is None:
             return None
-        event = claim.template or ""
-        candidates = list(claim.fallback_channels)
         templates = self.templates.get_many(
-            client_id=claim.client_id, event=event, channels=candidates
+            client_id=claim.client_id,
+            event=claim.template or "",
+            channels=list(claim.fallback_channels),
         )
-        for position, channel in enumerate(candidates):
-            if channel_refusal(preferences, event=event, channel=channel):
-                continue
-            if channel not in templates:
-                continue
-            try:
-                rendered = template_render(templates[channel], claim.payload or {})
-            except InvalidRequest as error:
-                # The template was edited after the create and the payload no longer fills it.
-                log.warning(
-                    "fallback skipped notification=%s channel=%s: %s",
-                    claim.id,
-                    channel,
-                    error.message,
-                )
-                continue
-            return Route(
-                channel=channel,
-                recipient=channel_address(preferences, channel) or "",
-                subject=rendered.subject,
-                body=rendered.body,
-                fallback_channels=tuple(candidates[position + 1 :]),
-            )
-        return None
+        return _route_fallback(claim, preferences, templates)
 
-    def _preferences(self, claim: Routable) -> PreferencesRecord | None:
-        return self.preferences.get(client_id=claim.client_id, user_id=claim.user_id or "")
+
+def _route_current(claim: Routable, preferences: PreferencesRecord | None) -> Route | None:
+    """The claim's own channel, at the user's current address, if the user still allows it."""
+    event = claim.template or ""
+    if preferences is None or channel_refusal(preferences, event=event, channel=claim.channel):
+        return None
+    return Route(
+        channel=claim.channel,
+        recipient=channel_address(preferences, claim.channel) or claim.recipient,
+        subject=claim.subject,
+        body=claim.body,
+        fallback_channels=claim.fallback_channels,
+    )
+
+
+def _route_fallback(
+    claim: Routable, preferences: PreferencesRecord, templates: Mapping[str, TemplateRecord]
+) -> Route | None:
+    """The first of the claim's fallbacks the user allows now and `templates` (by channel)
+    fills for its payload, rendered; None if none is."""
+    event = claim.template or ""
+    candidates = list(claim.fallback_channels)
+    for position, channel in enumerate(candidates):
+        if channel_refusal(preferences, event=event, channel=channel):
+            continue
+        if channel not in templates:
+            continue
+        try:
+            rendered = template_render(templates[channel], claim.payload or {})
+        except InvalidRequest as error:
+            # The template was edited after the create and the payload no longer fills it.
+            log.warning(
+                "fallback skipped notification=%s channel=%s: %s",
+                claim.id,
+                channel,
+                error.message,
+            )
+            continue
+        return Route(
+            channel=channel,
+            recipient=channel_address(preferences, channel) or "",
+            subject=rendered.subject,
+            body=rendered.body,
+            fallback_channels=tuple(candidates[position + 1 :]),
+        )
+    return None

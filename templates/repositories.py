@@ -11,7 +11,7 @@ Everything returned is a frozen dataclass (or a dict of them), never a QuerySet.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
@@ -82,3 +82,20 @@ class TemplateRepository:
             client_id=client_id, event=event, channel__in=list(channels)
         ).values(*RECORD_FIELDS)
         return {row["channel"]: TemplateRecord(**row) for row in rows}
+
+    def get_each(
+        self, *, keys: Collection[tuple[uuid.UUID, str, str]]
+    ) -> dict[tuple[uuid.UUID, str, str], TemplateRecord]:
+        """The template of each (client id, event, channel) given that has one, by that key, in
+        one statement."""
+        if not keys:
+            return {}
+        client_ids, events, channels = zip(*keys, strict=True)
+        rows = SQL.rows(
+            "templates_read_many",
+            row=TemplateRecord,
+            client_ids=list(client_ids),
+            events=list(events),
+            channels=list(channels),
+        )
+        return {(row.client_id, row.event, row.channel): row for row in rows}

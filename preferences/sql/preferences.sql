@@ -19,6 +19,15 @@ SET channels = excluded.channels, addresses = excluded.addresses,
 RETURNING p.client_id, p.user_id, p.channels, p.addresses, p.muted_events, p.disabled_channels,
           p.created_at, p.updated_at, p.timezone, p.quiet_hours, (p.xmax = 0) AS created;
 
+-- name: preferences_read_many
+-- The preferences of each (client, user) pair given, in one statement for a worker's whole
+-- claim: one probe of user_preferences_client_user per pair, however many users have
+-- preferences. Pairs with none are left out.
+SELECT p.client_id, p.user_id, p.channels, p.addresses, p.muted_events, p.disabled_channels,
+       p.created_at, p.updated_at, p.timezone, p.quiet_hours
+  FROM unnest(%(client_ids)s::uuid[], %(user_ids)s::text[]) AS k(client_id, user_id)
+  JOIN user_preferences p ON p.client_id = k.client_id AND p.user_id = k.user_id;
+
 -- name: timezone_names
 -- The zones PostgreSQL's time zone database knows (a view that reads its files, ~15 ms).
 SELECT name FROM pg_timezone_names;

@@ -238,8 +238,8 @@ class SuppressingWhileClaimed(PreferenceRouter):
         self.client_id = client_id
         self.statuses: list[str] = []
 
-    def route_current(self, claim):
-        def other_connection() -> None:
+    def routes_at_send(self, claims):
+        def other_connection(claim) -> None:
             try:
                 self.statuses.append(Notification.objects.get(id=claim.id).status)
                 suppression_add(
@@ -252,10 +252,11 @@ class SuppressingWhileClaimed(PreferenceRouter):
             finally:
                 connections.close_all()
 
-        thread = threading.Thread(target=other_connection)
-        thread.start()
-        thread.join()
-        return super().route_current(claim)
+        for claim in claims:
+            thread = threading.Thread(target=other_connection, args=(claim,))
+            thread.start()
+            thread.join()
+        return super().routes_at_send(claims)
 
 
 def test_an_address_suppressed_while_its_notification_is_claimed_is_not_sent(make_client):

@@ -173,7 +173,7 @@ def test_an_error_after_the_provider_answered_still_records_the_answer(workers):
     from tests.support.delivery_helpers import worker_build
 
     class BrokenRouter:
-        def route_current(self, claim):
+        def routes_at_send(self, claims):
             raise AssertionError("not a preference-mode notification")
 
         def route_next(self, claim):

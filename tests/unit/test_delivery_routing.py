@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from delivery.models import Outcome
 from delivery.providers.base import Accepted, PermanentFailure, TemporaryFailure
 from delivery.repositories import Claim, Finish
-from delivery.services import RetryPolicy, Route, attempt_finish, claim_recheck
+from delivery.services import RetryPolicy, Route, SendRoutes, attempt_finish, claim_recheck
 from notifications.models import Status
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -39,13 +39,9 @@ def claim(**overrides) -> Claim:
 
 
 class FakeRouter:
-    def __init__(self, current: Route | None = None, next_: Route | None = None) -> None:
-        self.current, self.next_ = current, next_
+    def __init__(self, next_: Route | None = None) -> None:
+        self.next_ = next_
         self.asked: list[str] = []
-
-    def route_current(self, claim):
-        self.asked.append("current")
-        return self.current
 
     def route_next(self, claim):
         self.asked.append("next")
@@ -105,17 +101,16 @@ def test_a_direct_notification_never_asks_for_routes():
 
 
 def test_recheck_sends_on_the_same_channel_at_the_users_current_address():
-    router = FakeRouter(current=Route("push", "new-device-token", "", "x", ("email",)))
-    rechecked = claim_recheck(claim(), router=router)
+    routes = SendRoutes(current=Route("push", "new-device-token", "", "x", ("email",)))
+    rechecked = claim_recheck(claim(), routes)
     assert isinstance(rechecked, Claim)
     assert (rechecked.channel, rechecked.recipient) == ("push", "new-device-token")
-    assert router.asked == ["current"]
     sent = finish(rechecked, Accepted("m-1"))
     assert sent.recipient == "new-device-token"  # and the row records it
 
 
 def test_recheck_switches_to_the_next_allowed_fallback_without_using_an_attempt():
-    rechecked = claim_recheck(claim(), router=FakeRouter(next_=EMAIL))
+    rechecked = claim_recheck(claim(), SendRoutes(current=None, fallback=EMAIL))
     assert isinstance(rechecked, Finish)
     assert (rechecked.status, rechecked.channel, rechecked.outcome) == (
         Status.PENDING,
@@ -127,7 +122,7 @@ def test_recheck_switches_to_the_next_allowed_fallback_without_using_an_attempt(
 
 
 def test_recheck_with_nothing_allowed_suppresses_and_gives_the_attempt_back():
-    rechecked = claim_recheck(claim(), router=FakeRouter())
+    rechecked = claim_recheck(claim(), SendRoutes(current=None))
     assert isinstance(rechecked, Finish)
     assert (rechecked.status, rechecked.attempt_delta) == (Status.SUPPRESSED, -1)
     assert rechecked.error.startswith("suppressed:")

@@ -19,7 +19,7 @@ from delivery.send_checks import (
     SuppressionStage,
     send_checks_build,
 )
-from delivery.services import Route
+from delivery.services import Route, SendRoutes
 from delivery.upkeep import WindowPruner
 from notifications.models import Status
 from ratelimits.repositories import Deferred
@@ -64,15 +64,18 @@ class Ended:
 
 
 class Router:
-    def __init__(self, current: Route | None = None, error: Exception | None = None) -> None:
-        self.current, self.error = current, error
-        self.asked: list[uuid.UUID] = []
+    """Allows every claim `current`, or fails every read with `error`, or only those that
+    include a claim of a `broken` user; records the claims of each read."""
 
-    def route_current(self, claim):
-        self.asked.append(claim.id)
-        if self.error:
-            raise self.error
-        return self.current
+    def __init__(self, current: Route | None = None, error=None, broken=frozenset()) -> None:
+        self.current, self.error, self.broken = current, error, broken
+        self.calls: list[list[uuid.UUID]] = []
+
+    def routes_at_send(self, claims):
+        self.calls.append([c.id for c in claims])
+        if self.error or any(c.user_id in self.broken for c in claims):
+            raise self.error or OperationalError("server closed the connection")
+        return {c.id: SendRoutes(current=self.current) for c in claims}
 
     def route_next(self, claim):
         return None
@@ -309,7 +312,7 @@ def test_a_claim_for_a_direct_recipient_passes_the_preferences_stage_without_a_l
     stage = PreferencesStage(router=router, end=ended.end, fail=ended.fail, worker_id="w")
     direct = claim()
     assert stage.passing([direct]) == [direct]
-    assert router.asked == []
+    assert router.calls == []
 
 
 def test_a_claim_the_users_preferences_no_longer_allow_ends_in_the_preferences_stage():
@@ -325,6 +328,35 @@ def test_a_claim_the_users_preferences_no_longer_allow_ends_in_the_preferences_s
     assert stage.passing([opted_out]) == []
     [finish] = ended.finishes
     assert (finish.id, finish.status) == (opted_out.id, Status.SUPPRESSED)
+
+
+def test_the_preferences_of_a_whole_claim_are_read_at_once_and_the_order_is_kept():
+    ended = Ended()
+    router = Router(current=Route("email", "new@example.com", "Shipped", "A-17", ()))
+    stage = PreferencesStage(router=router, end=ended.end, fail=ended.fail, worker_id="w")
+    claims = [claim(user_id="u-1"), claim(), claim(user_id="u-2"), claim(user_id="u-3")]
+    passed = stage.passing(claims)
+    assert [c.id for c in passed] == [c.id for c in claims]
+    assert [c.recipient for c in passed] == [
+        "new@example.com",
+        "ada@example.com",  # a direct recipient, untouched
+        "new@example.com",
+        "new@example.com",
+    ]
+    assert router.calls == [[claims[0].id, claims[2].id, claims[3].id]]
+
+
+def test_a_failed_read_of_a_claims_preferences_goes_one_by_one_and_fails_only_the_bad_row():
+    ended = Ended()
+    router = Router(current=Route("email", "ada@example.com", "Shipped", "A-17", ()))
+    router.broken = frozenset({"bad"})
+    stage = PreferencesStage(router=router, end=ended.end, fail=ended.fail, worker_id="w")
+    claims = [claim(user_id="ok"), claim(user_id="bad"), claim(), claim(user_id="fine")]
+    assert stage.passing(claims) == [claims[0], claims[2], claims[3]]
+    assert [c for c, _ in ended.failed] == [claims[1]]
+    assert ended.finishes == []
+    concerned = [claims[0].id, claims[1].id, claims[3].id]
+    assert router.calls == [concerned] + [[id_] for id_ in concerned]
 
 
 def test_a_database_error_in_the_preferences_look_up_is_a_failed_check_not_a_pass():
