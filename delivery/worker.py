@@ -53,7 +53,7 @@ from delivery.providers.base import BatchProvider, Provider, ProviderResult, Tem
 from delivery.receipts.services import receipts_match_finished
 from delivery.repositories import Claim, DeliveryRepository, Finish, Finished, Hold, QuietHeld
 from delivery.send_checks import CircuitStage, send_checks_build
-from delivery.sending import Sends, Sent, message_of
+from delivery.sending import CALL_WEIGHT, Sends, Sent, message_of
 from delivery.services import RetryPolicy, Router, attempt_finish, claim_expired, claim_release
 from delivery.upkeep import (
     STATISTICS_CHECK_S,
@@ -243,8 +243,12 @@ class Worker:
         # marked before it first sleeps, cleared when its claims come back full.
         self._waiting = False
         # Up to half the concurrency again is claimed ahead and waits, ready, for a send
-        # thread: a slot a slow provider frees starts its next call at once instead of after
-        # the loop's next claim statement.
+        # thread: a slot a provider frees starts its next call at once instead of after the
+        # loop's next claim statement. How many is sized to the provider each step
+        # (`Sends.ready_size`): about the slots that free during one turn of the loop, from
+        # an answer to its slot's next claim started: a step that claims, its results
+        # recorded (`_turnaround_s`, a moving average; None until a step has claimed).
+        self._turnaround_s: float | None = None
         self._sends = Sends(
             config.concurrency,
             self._wake,
@@ -270,11 +274,13 @@ class Worker:
         one statement."""
         for sent in self._sends.collect(wait_s):
             self._finishes.append(self._settle(sent))
+        turn_began = time.monotonic()
         self._release_withdrawn()
         if self._unstarted:
             unstarted, self._unstarted = self._unstarted, []
             self._launch(unstarted)
         claimed = 0
+        self._sends.ready_size(self._turnaround_s)
         # Batch providers finish within the step: only send threads limit what may be claimed.
         free = (
             self.config.batch_size
@@ -304,6 +310,9 @@ class Worker:
         finished = self._record()
         if claimed:
             self._counts["claimed"] += claimed
+            took = time.monotonic() - turn_began
+            last = self._turnaround_s
+            self._turnaround_s = took if last is None else last + CALL_WEIGHT * (took - last)
         self._log_summary()
         return StepResult(
             claimed=claimed,
