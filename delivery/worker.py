@@ -18,10 +18,12 @@ connection is held while a provider answers. A provider whose sending is a write
 database (the simulated provider, the in-app inbox) takes the whole claim in one call on the
 loop instead (`BatchProvider`).
 
-A worker holds at most `concurrency` calls in flight and half as many claims again waiting,
-ready, for a send thread (none with `--concurrency 1`): when a slow provider answers, its
-thread starts the next waiting call at once, without waiting for the loop's next claim. The
-waiting claims go CRITICAL first, so a CRITICAL claimed now passes them, then those of the
+A worker holds at most `concurrency` calls in flight and a few claims more waiting, ready,
+for a send thread: as many as slots free while the loop turns once, at most half the
+concurrency again (`Sends.ready_size`; none with `--concurrency 1`): when a provider answers,
+its thread starts the next waiting call at once, without waiting for the loop's next claim,
+and on a slow provider the other slots are claimed when they free, in the turns of that
+moment. The waiting claims go CRITICAL first, so a CRITICAL claimed now passes them, then those of the
 client with the fewest calls running; one that could no longer be answered before its claim
 expires is given back unsent, and so is every waiting claim when the worker stops. Each claim
 tells the database what the worker holds per client (`Sends.held`), so a client's turns are
