@@ -114,8 +114,8 @@ class Sends:
     `waiting` more claims held ready: CRITICAL first, then the claims of the clients with the
     fewest calls running, in claim order. How many are held ready is sized to the provider
     (`ready_size`): about as many as slots free while the loop makes one turn, so a claim
-    waits there about one turn of the loop and a client whose rows arrive later is not held
-    behind claims made long before them.
+    waits there about that long and a client whose rows arrive later is not held behind
+    claims made long before them.
 
     A call that ends starts the next waiting one from its own thread (the future's done
     callback), so a slow provider's slots refill without waiting for the loop's next claim
@@ -188,13 +188,14 @@ class Sends:
 
     def ready_size(self, turnaround_s: float | None) -> int:
         """Sets and returns how many claims to hold ready: as many as send slots free, on
-        average, while the loop makes one turn from an answer to the claim that refills its
-        slot (`turnaround_s`), so a freed slot seldom waits for the loop; at least one, at
-        most `waiting`, and all `waiting` until a call and a turn have been timed. A slow
+        average, while the loop turns once (`turnaround_s`: a step that claims, its results
+        recorded), rounded up, so a freed slot seldom waits for the loop (only when more
+        than that free in one turn, and then for the rest of it); at least one, at most
+        `waiting`, and all `waiting` until a call and a turn have been timed. A slow
         provider's calls end seldom: one claim ready is enough, and the others are claimed
         when their slot frees, in the turns of that moment. (With 8 slots on a provider
         taking 1 s and a loop turning in 20 ms: 1; with 50 slots, 50 ms calls and the same
-        loop: 20, capped at `waiting`.)"""
+        loop: 20.)"""
         call_s = self.call_s
         if call_s is None or turnaround_s is None or self.waiting == 0:
             self.ready = self.waiting

@@ -23,11 +23,11 @@ for a send thread: as many as slots free while the loop turns once, at most half
 concurrency again (`Sends.ready_size`; none with `--concurrency 1`): when a provider answers,
 its thread starts the next waiting call at once, without waiting for the loop's next claim,
 and on a slow provider the other slots are claimed when they free, in the turns of that
-moment. The waiting claims go CRITICAL first, so a CRITICAL claimed now passes them, then those of the
-client with the fewest calls running; one that could no longer be answered before its claim
-expires is given back unsent, and so is every waiting claim when the worker stops. Each claim
-tells the database what the worker holds per client (`Sends.held`), so a client's turns are
-counted from there.
+moment. The waiting claims go CRITICAL first, so a CRITICAL claimed now passes them, then
+those of the client with the fewest calls running; one that could no longer be answered
+before its claim expires is given back unsent, and so is every waiting claim when the worker
+stops. Each claim tells the database what the worker holds per client (`Sends.held`), so a
+client's turns are counted from there.
 Every decision about time is the database's (see notifyqueue_now()); the worker's own clock
 only measures how long it has held a claim (time.monotonic()).
 
@@ -247,9 +247,9 @@ class Worker:
         # Up to half the concurrency again is claimed ahead and waits, ready, for a send
         # thread: a slot a provider frees starts its next call at once instead of after the
         # loop's next claim statement. How many is sized to the provider each step
-        # (`Sends.ready_size`): about the slots that free during one turn of the loop, from
-        # an answer to its slot's next claim started: a step that claims, its results
-        # recorded (`_turnaround_s`, a moving average; None until a step has claimed).
+        # (`Sends.ready_size`): about the slots that free during one turn of the loop (a
+        # turn: a step that claims, its results recorded; `_turnaround_s`, a moving average,
+        # None until a step has claimed).
         self._turnaround_s: float | None = None
         self._sends = Sends(
             config.concurrency,
