@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -31,6 +32,9 @@ from notifyqueue.vocabulary import Priority
 log = logging.getLogger("notifyqueue.delivery")
 # How many frames a provider's unexpected exception is logged with.
 RAISED_FRAMES = 5
+# The weight of each call's duration in the moving average that sizes the claims held ready
+# (Sends.ready_size), and of each turn of the loop in the worker's (delivery/worker.py).
+CALL_WEIGHT = 0.1
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,10 @@ class _Call:
 class Sends:
     """Provider calls: at most `concurrency` at once on a ThreadPoolExecutor, and up to
     `waiting` more claims held ready: CRITICAL first, then the claims of the clients with the
-    fewest calls running, in claim order.
+    fewest calls running, in claim order. How many are held ready is sized to the provider
+    (`ready_size`): about as many as slots free while the loop makes one turn, so a claim
+    waits there about that long and a client whose rows arrive later is not held behind
+    claims made long before them.
 
     A call that ends starts the next waiting one from its own thread (the future's done
     callback), so a slow provider's slots refill without waiting for the loop's next claim
@@ -129,7 +136,12 @@ class Sends:
         holds: Callable[[float], bool] | None = None,
     ) -> None:
         self.concurrency = concurrency
+        # The most claims held ready, and how many are now (`ready_size`): all of them until
+        # a call has been timed.
         self.waiting = waiting
+        self.ready = waiting
+        # The provider calls' duration, a moving average (None until a call ends).
+        self.call_s: float | None = None
         self._wake = wake
         # Once set, an ending call starts no waiting one: they are withdrawn (see withdrawn).
         self._stopping = stopping or threading.Event()
@@ -139,6 +151,8 @@ class Sends:
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="send")
         self._done: queue.SimpleQueue[Sent] = queue.SimpleQueue()
         self._running: dict[Future[ProviderResult], _Call] = {}
+        # time.monotonic() when each running call started.
+        self._began: dict[Future[ProviderResult], float] = {}
         # Claims waiting for a slot: (0 for CRITICAL else 1, arrival, call); see `_following`.
         self._queued: list[tuple[int, int, _Call]] = []
         self._withdrawn: list[Claim] = []
@@ -170,7 +184,25 @@ class Sends:
     @property
     def free(self) -> int:
         """How many more claims may be submitted now."""
-        return self.concurrency + self.waiting - self.outstanding
+        return self.concurrency + self.ready - self.outstanding
+
+    def ready_size(self, turnaround_s: float | None) -> int:
+        """Sets and returns how many claims to hold ready: as many as send slots free, on
+        average, while the loop turns once (`turnaround_s`: a step that claims, its results
+        recorded), rounded up, so a freed slot seldom waits for the loop (only when more
+        than that free in one turn, and then for the rest of it); at least one, at most
+        `waiting`, and all `waiting` until a call and a turn have been timed. A slow
+        provider's calls end seldom: one claim ready is enough, and the others are claimed
+        when their slot frees, in the turns of that moment. (With 8 slots on a provider
+        taking 1 s and a loop turning in 20 ms: 1; with 50 slots, 50 ms calls and the same
+        loop: 20.)"""
+        call_s = self.call_s
+        if call_s is None or turnaround_s is None or self.waiting == 0:
+            self.ready = self.waiting
+        else:
+            slots = self.concurrency * max(turnaround_s, 0.0) / max(call_s, 1e-6)
+            self.ready = max(1, min(self.waiting, math.ceil(slots)))
+        return self.ready
 
     def submit(
         self,
@@ -226,6 +258,7 @@ class Sends:
         releasing it (a future already done runs its callback at once, in that thread)."""
         future = self._executor.submit(provider_call, call.provider, message_of(call.claim))
         self._running[future] = call
+        self._began[future] = time.monotonic()
         return future
 
     def _following(self) -> _Call:
@@ -252,6 +285,10 @@ class Sends:
             # provider_call never raises, and nothing is cancelled: close() waits for all.
             self._done.put(Sent(call.claim, call.admission, future.result(), call.started))
             now = time.monotonic()
+            took = now - self._began.pop(future)
+            self.call_s = (
+                took if self.call_s is None else self.call_s + CALL_WEIGHT * (took - self.call_s)
+            )
             while self._queued and following is None and not self._stopping.is_set():
                 waiting = self._following()
                 if now < waiting.start_by and self._holds(waiting.claimed_at):

@@ -18,14 +18,16 @@ connection is held while a provider answers. A provider whose sending is a write
 database (the simulated provider, the in-app inbox) takes the whole claim in one call on the
 loop instead (`BatchProvider`).
 
-A worker holds at most `concurrency` calls in flight and half as many claims again waiting,
-ready, for a send thread (none with `--concurrency 1`): when a slow provider answers, its
-thread starts the next waiting call at once, without waiting for the loop's next claim. The
-waiting claims go CRITICAL first, so a CRITICAL claimed now passes them, then those of the
-client with the fewest calls running; one that could no longer be answered before its claim
-expires is given back unsent, and so is every waiting claim when the worker stops. Each claim
-tells the database what the worker holds per client (`Sends.held`), so a client's turns are
-counted from there.
+A worker holds at most `concurrency` calls in flight and a few claims more waiting, ready,
+for a send thread: as many as slots free while the loop turns once, at most half the
+concurrency again (`Sends.ready_size`; none with `--concurrency 1`): when a provider answers,
+its thread starts the next waiting call at once, without waiting for the loop's next claim,
+and on a slow provider the other slots are claimed when they free, in the turns of that
+moment. The waiting claims go CRITICAL first, so a CRITICAL claimed now passes them, then
+those of the client with the fewest calls running; one that could no longer be answered
+before its claim expires is given back unsent, and so is every waiting claim when the worker
+stops. Each claim tells the database what the worker holds per client (`Sends.held`), so a
+client's turns are counted from there.
 Every decision about time is the database's (see notifyqueue_now()); the worker's own clock
 only measures how long it has held a claim (time.monotonic()).
 
@@ -53,7 +55,7 @@ from delivery.providers.base import BatchProvider, Provider, ProviderResult, Tem
 from delivery.receipts.services import receipts_match_finished
 from delivery.repositories import Claim, DeliveryRepository, Finish, Finished, Hold, QuietHeld
 from delivery.send_checks import CircuitStage, send_checks_build
-from delivery.sending import Sends, Sent, message_of
+from delivery.sending import CALL_WEIGHT, Sends, Sent, message_of
 from delivery.services import RetryPolicy, Router, attempt_finish, claim_expired, claim_release
 from delivery.upkeep import (
     STATISTICS_CHECK_S,
@@ -243,8 +245,12 @@ class Worker:
         # marked before it first sleeps, cleared when its claims come back full.
         self._waiting = False
         # Up to half the concurrency again is claimed ahead and waits, ready, for a send
-        # thread: a slot a slow provider frees starts its next call at once instead of after
-        # the loop's next claim statement.
+        # thread: a slot a provider frees starts its next call at once instead of after the
+        # loop's next claim statement. How many is sized to the provider each step
+        # (`Sends.ready_size`): about the slots that free during one turn of the loop (a
+        # turn: a step that claims, its results recorded; `_turnaround_s`, a moving average,
+        # None until a step has claimed).
+        self._turnaround_s: float | None = None
         self._sends = Sends(
             config.concurrency,
             self._wake,
@@ -270,11 +276,13 @@ class Worker:
         one statement."""
         for sent in self._sends.collect(wait_s):
             self._finishes.append(self._settle(sent))
+        turn_began = time.monotonic()
         self._release_withdrawn()
         if self._unstarted:
             unstarted, self._unstarted = self._unstarted, []
             self._launch(unstarted)
         claimed = 0
+        self._sends.ready_size(self._turnaround_s)
         # Batch providers finish within the step: only send threads limit what may be claimed.
         free = (
             self.config.batch_size
@@ -304,6 +312,9 @@ class Worker:
         finished = self._record()
         if claimed:
             self._counts["claimed"] += claimed
+            took = time.monotonic() - turn_began
+            last = self._turnaround_s
+            self._turnaround_s = took if last is None else last + CALL_WEIGHT * (took - last)
         self._log_summary()
         return StepResult(
             claimed=claimed,

@@ -82,3 +82,48 @@ def test_quiet_clients_go_in_turn_beside_a_high_flood_and_a_killed_worker_loses_
     order = [c.key for c in provider.calls]
     assert order.index(f"{critical.id}:email") < 16  # CRITICAL: among the first claims
     assert Notification.objects.filter(status=Status.SENT).count() == total
+
+
+def test_on_a_slow_provider_a_late_client_goes_in_turn_and_sigterm_gives_back_the_ready_claim(
+    database_url, client, webhooks
+):
+    """A real worker (4 send slots) on a provider taking 0.5 s a call, one client's flood: once
+    its calls are timed it holds one claim ready for a slot (not two), so a client whose rows
+    arrive mid-flood waits behind that one and its turns: its 4 rows go among the next 10
+    calls. SIGTERM then: the calls in flight are recorded, the claim held ready is given back
+    with its attempt returned; another worker sends the rest, each once, none with an attempt
+    lost (every notification SENT at its first attempt)."""
+    late_client = ClientFactory(webhook_url=webhooks.url)
+    flood = [
+        NotificationFactory(client=client, recipient=f"s{i}@example.com", max_attempts=4)
+        for i in range(40)
+    ]
+    with (
+        ScriptedProvider(delay_s=0.5) as provider,
+        Workers(database_url, provider.url) as workers,
+    ):
+        first = workers.start()
+        wait_until(lambda: len(provider.calls) >= 12, timeout_s=60, what="three rounds of calls")
+        before = len(provider.calls)
+        late = [
+            NotificationFactory(client=late_client, recipient=f"late{i}@example.com")
+            for i in range(4)
+        ]
+        late_keys = {f"{n.id}:email" for n in late}
+        wait_until(
+            lambda: late_keys <= {c.key for c in provider.calls},
+            timeout_s=60,
+            what="the late client's rows sent",
+        )
+        order = "".join("L" if c.key in late_keys else "f" for c in provider.calls[before:])
+        first.send_signal(signal.SIGTERM)  # sends in flight, one claim held ready
+        assert first.wait(timeout=30) == 0, workers.logs()
+        assert Notification.objects.filter(status=Status.PROCESSING).count() == 0
+        workers.start()
+        wait_until(all_final, timeout_s=120, what="every notification final")
+        counts = universal_check(provider, workers, webhooks=webhooks)
+
+    assert order.rindex("L") < 10, order
+    assert counts == {Status.SENT: len(flood) + len(late)}
+    # A claim given back unsent returned its attempt: every row went at its first.
+    assert set(Notification.objects.values_list("attempt_count", flat=True)) == {1}

@@ -6,6 +6,7 @@ above HIGH) for each aging period it has waited past its due time."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from datetime import timedelta
@@ -367,6 +368,13 @@ def http_worker(provider: ScriptedProvider, *, concurrency: int, aging_s: float 
     )
 
 
+def wait_for(predicate, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
 def send_order(provider: ScriptedProvider, notifications) -> list[int]:
     """Where each of `notifications` came in the provider's sends (0 first)."""
     order = [call.key.split(":")[0] for call in sorted(provider.sends.values(), key=lambda c: c.at)]
@@ -392,6 +400,53 @@ def test_a_real_worker_on_a_slow_provider_serves_a_quiet_client_in_turn_behind_a
     places = send_order(provider, waiting)
     assert places[-1] <= 2 * len(waiting) + concurrency + 2, places
     assert set(Notification.objects.values_list("status", flat=True)) == {Status.SENT}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_on_a_slow_provider_holds_one_claim_ready_so_a_late_client_goes_next():
+    """A provider taking 0.5 s a call and 4 send slots, a flood of one client's rows. Until a
+    call has been timed the worker holds half its slots again in claims ready (2); then one,
+    as many as slots free while its loop turns once (4 x a turn of some ms / 0.5 s), so the
+    worker holds at most 5 claims, not 6. A client whose rows arrive while the flood fills
+    every slot then waits behind that one claim, then takes turns with the flood."""
+    flooder, late = clients(2)
+    rows(flooder, 40)
+    with ScriptedProvider(delay_s=0.5) as provider:
+        worker = http_worker(provider, concurrency=4)
+        assert worker._sends.ready == 2
+
+        def run() -> None:
+            try:
+                worker.run()
+            finally:
+                connection.close()
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        try:
+            wait_for(lambda: len(provider.calls) >= 10, "two rounds of calls, timed")
+            held = []
+            for _ in range(20):
+                held.append(worker._sends.outstanding)
+                time.sleep(0.025)
+            assert worker._sends.ready == 1
+            assert max(held) <= 4 + 1, held
+            made = time.time()
+            before = len(provider.calls)
+            waiting = rows(late, 4, due_at=timezone.now() - timedelta(seconds=1), step_s=0.01)
+            keys = {f"{n.id}:email" for n in waiting}
+            wait_for(lambda: keys <= {c.key for c in provider.calls}, "the late rows sent")
+        finally:
+            worker.stop()
+            runner.join(30)
+    after = provider.calls[before:]
+    order = "".join("L" if c.key in keys else "f" for c in after)
+    # Turns, one row each, behind at most the claim held ready and one claimed as the rows
+    # were created: the late client's 4 within the next 2 x 4 + 2 calls.
+    assert order.rindex("L") < 2 * 4 + 2, order
+    # Each waited at most for the next slot to free (one call) and its share of the turns.
+    assert max(c.at for c in after if c.key in keys) - made < 2 * 0.5 + 0.3, order
+    assert Notification.objects.filter(status=Status.SENT).count() >= 4
 
 
 @pytest.mark.django_db(transaction=True)

@@ -164,3 +164,47 @@ def test_once_stopping_no_waiting_claim_starts_and_all_are_withdrawn():
     assert sorted(c.id for c in sends.withdrawn(everything=True)) == sorted(c.id for c in waiting)
     assert sends.outstanding == 0
     sends.close()
+
+
+class TimedProvider:
+    """Answers after `delay_s`."""
+
+    name = "timed"
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def send(self, message: Message) -> Accepted:
+        time.sleep(self.delay_s)
+        return Accepted(message_id=None)
+
+
+def test_the_claims_held_ready_are_sized_to_the_slots_that_free_during_one_turn_of_the_loop():
+    """Until a call has been timed, all `waiting` are held ready. Then as many as slots free
+    while the loop turns once: with calls of 0.2 s on 8 slots, a loop turning in 10 ms needs
+    one (8 x 0.01 / 0.2 = 0.4), one turning in 60 ms three (2.4), and never more than
+    `waiting`; `free` counts only those."""
+    sends = Sends(8, threading.Event(), waiting=4)
+    assert sends.ready_size(0.01) == 4
+    assert sends.free == 12
+    provider = TimedProvider(0.2)
+    for _ in range(8):
+        sends.submit(provider, claim(), None, time.monotonic())
+    answers(sends, 8)
+    assert sends.call_s is not None and 0.2 <= sends.call_s < 0.4
+
+    assert sends.ready_size(0.01) == 1
+    assert sends.free == 9
+    assert sends.ready_size(0.06) == 3
+    assert sends.ready_size(1.0) == 4
+    assert sends.ready_size(None) == 4
+    sends.close()
+
+
+def test_one_slot_holds_no_claim_ready_whatever_the_provider():
+    sends = Sends(1, threading.Event(), waiting=0)
+    sends.submit(TimedProvider(0.05), claim(), None, time.monotonic())
+    answers(sends, 1)
+    assert sends.ready_size(10.0) == 0
+    assert sends.free == 1
+    sends.close()
