@@ -27,6 +27,7 @@ import json
 import os
 import random
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -110,6 +111,8 @@ class Config:
     scale_latency_s: float
     scale_seconds: float
     scale_pool: int
+    # The shards experiment: 0 (off) or the number of shards (SHARDED_LOCK).
+    scale_shards: int
     # backlog: one recipient over its limit with `backlog_held` rows held by the rate limit,
     # beside the drain of `drain_rows` other recipients' rows.
     backlog_held: int
@@ -243,6 +246,13 @@ def config_parse(argv: list[str]) -> Config:
         help="PgBouncer's server connections in the scale run (default 8: four per core)",
     )
     parser.add_argument(
+        "--scale-shards",
+        type=int,
+        default=0,
+        help="the scale run's claims read a shard of the queue first (an experiment; default 0: "
+        "off)",
+    )
+    parser.add_argument(
         "--backlog-held",
         type=int,
         default=100_000,
@@ -307,6 +317,7 @@ def config_parse(argv: list[str]) -> Config:
         scale_latency_s=args.scale_latency,
         scale_seconds=args.scale_seconds or (5 if quick else 10),
         scale_pool=args.scale_pool,
+        scale_shards=args.scale_shards,
         backlog_held=args.backlog_held,
         worker_concurrency=args.worker_concurrency,
         worker_batch=args.worker_batch,
@@ -1428,6 +1439,75 @@ def claim_counted_sql() -> str:
     return sql
 
 
+# The shards experiment (--scale-shards N): the queue's rows carry a shard, a hash of the
+# recipient (so one recipient's rows, and its rate-limit lock, stay in one shard), with an
+# index of the claim's order within each shard; a claim takes its worker's shard's rows first
+# (the shard is a hash of the worker id) and steals from the other shards only what that left
+# of its share. Bench-only, on its own database, counted as the plain claim is.
+SHARDED_LOCK = """        CROSS JOIN LATERAL (
+            SELECT u.id, u.priority, u.due_at, u.created_at FROM (
+                (SELECT * FROM (
+                    SELECT n.id, q.priority, q.due_at, q.created_at
+                    FROM notification_queue AS q
+                    JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
+                    WHERE q.status = 'PENDING'
+                      AND (q.bench_shard, q.priority, q.client_id, q.due_at)
+                          BETWEEN (v_shard, dp.priority, dp.client_id, '-infinity'::timestamptz)
+                              AND (v_shard, dp.priority, dp.client_id, notifyqueue_now())
+                      AND nextval('bench_claim_seen') > 0
+                    ORDER BY q.bench_shard, q.priority, q.client_id, q.due_at, q.created_at
+                    LIMIT s.share
+                    FOR UPDATE OF n SKIP LOCKED) AS own)
+                UNION ALL
+                (SELECT * FROM (
+                    SELECT n.id, q.priority, q.due_at, q.created_at
+                    FROM notification_queue AS q
+                    JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
+                    WHERE q.status = 'PENDING'
+                      AND (q.priority, q.client_id, q.due_at)
+                          BETWEEN (dp.priority, dp.client_id, '-infinity'::timestamptz)
+                              AND (dp.priority, dp.client_id, notifyqueue_now())
+                      AND q.bench_shard <> v_shard
+                      AND nextval('bench_claim_seen') > 0
+                    ORDER BY q.priority, q.client_id, q.due_at, q.created_at
+                    LIMIT s.share
+                    FOR UPDATE OF n SKIP LOCKED) AS stolen)
+            ) AS u
+            LIMIT s.share
+        ) AS head
+"""
+
+
+def claim_sharded_install(conn: psycopg.Connection, shards: int) -> None:
+    """The shard column and index on the queue, and the claim that reads its shard first."""
+    conn.execute(
+        "ALTER TABLE notification_queue ADD COLUMN IF NOT EXISTS bench_shard integer "
+        f"GENERATED ALWAYS AS (abs(hashtext(recipient_digest::text)) % {shards}) STORED"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS bench_queue_pending_shard ON notification_queue "
+        "(bench_shard, priority, client_id, due_at, created_at) WHERE status = 'PENDING'"
+    )
+    conn.execute("ANALYZE notification_queue")
+    sql = claim_counted_sql()
+    start = sql.index("        CROSS JOIN LATERAL (\n            -- The record is what is locked")
+    end = sql.index("        ) AS head\n", start) + len("        ) AS head\n")
+    sql = sql[:start] + SHARDED_LOCK + sql[end:]
+    declare = "#variable_conflict use_column\n"
+    sql = sql.replace(
+        declare,
+        declare + f"DECLARE\n    v_shard integer := abs(hashtext(p_worker)) % {shards};\n",
+        1,
+    )
+    conn.execute(sql)
+
+
+def claim_sharded_remove(conn: psycopg.Connection) -> None:
+    conn.execute(claim_counted_sql())
+    conn.execute("DROP INDEX IF EXISTS bench_queue_pending_shard")
+    conn.execute("ALTER TABLE notification_queue DROP COLUMN IF EXISTS bench_shard")
+
+
 def claim_counters_install(conn: psycopg.Connection) -> None:
     for name in CLAIM_COUNTERS:
         conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {name}")
@@ -1533,8 +1613,8 @@ class Bench:
         # machine_speed() at the start and at the end.
         self.speeds: list[str] = []
         # The scale run's steps: (workers, rows/s, ideal, claims, rows a claim, share
-        # stepped over, rows skipped locked, rows already taken, PostgreSQL CPU ms a row,
-        # load average).
+        # stepped over, rows skipped locked, rows already taken, PostgreSQL's and the workers'
+        # CPU ms a row, load average).
         self.scale_rows: list[tuple] = []
 
     def cpu_note(self, key: str, note: str, *, per: str = "create") -> None:
@@ -2515,6 +2595,46 @@ class Bench:
             rate = self.drain_ours(f"bkdrain{r}h", 1)
             held.ours.append(rate)
             log(f"{held.name}: {rate:,.0f}/s, load average {os.getloadavg()[0]:.1f}")
+        arriving = self.figure(
+            "backlog-arriving",
+            "the same while the held recipient gets one new notification a second",
+            "notifications/s",
+            note="each new row is claimed, refused by the limit and deferred, and the deferral "
+            "schedules the recipient's whole backlog again; the ratio column compares with "
+            "the drain without the held rows",
+        )
+        arriving.versus = "backlog-none"
+        for r in range(c.repeats):
+            stop = threading.Event()
+
+            def arrive(r: int = r, stop: threading.Event = stop) -> None:
+                with self.server.connect(DATABASES["ours"]) as conn:
+                    n = 0
+                    while not stop.wait(1.0):
+                        n += 1
+                        conn.execute(
+                            """
+                            INSERT INTO notification (id, client_id, idempotency_key,
+                                request_fingerprint, channel, recipient, subject, body,
+                                priority, metadata, fallback_channels, status, send_at, due_at,
+                                attempt_count, max_attempts, operator_retries, created_at,
+                                updated_at)
+                            VALUES (gen_random_uuid(), %s, %s, '', 'email', %s, 'Hi', 'Body',
+                                    2, '{}', '[]', 'PENDING', now(), now(), 0, 6, 0, now(),
+                                    now())
+                            """,
+                            [backlogged.client_id, f"heldnew{r}-{n}", recipient],
+                        )
+
+            arrivals = threading.Thread(target=arrive, daemon=True)
+            arrivals.start()
+            try:
+                rate = self.drain_ours(f"bkdrain{r}a", 1)
+            finally:
+                stop.set()
+                arrivals.join(10)
+            arriving.ours.append(rate)
+            log(f"{arriving.name}: {rate:,.0f}/s, load average {os.getloadavg()[0]:.1f}")
 
     def scale(self, r: int) -> None:
         """The same drain at 1, 2, 4 ... worker processes, every one through one PgBouncer in
@@ -2533,9 +2653,27 @@ class Bench:
             Provider(c.scale_latency_s) as provider,
         ):
             claim_counters_install(conn)
+            if not self.scale_rows:
+                # Finished rows, as any installation has: with fewer than 10,000 records the
+                # claim is planned at every call (notification_claim_due_many.sql), which is
+                # an empty table's cost, not production's.
+                notifications_insert(
+                    conn, self.rows.client_id, "planhistory", 20_000, status="SENT"
+                )
+                vacuum_analyze(conn)
             try:
                 for workers in c.scale_workers:
-                    self.scale_step(r, workers, conn, bouncer, provider)
+                    self.scale_step(r, workers, conn, bouncer, provider, shards=0)
+                    if c.scale_shards:
+                        # The same step again at once with the sharded claim: the pair shares
+                        # the minute's load.
+                        claim_sharded_install(conn, c.scale_shards)
+                        try:
+                            self.scale_step(
+                                r, workers, conn, bouncer, provider, shards=c.scale_shards
+                            )
+                        finally:
+                            claim_sharded_remove(conn)
             finally:
                 claim_counters_remove(conn)
             if bouncer.complaints():
@@ -2548,12 +2686,15 @@ class Bench:
         conn: psycopg.Connection,
         bouncer: PgBouncer,
         provider: Provider,
+        *,
+        shards: int,
     ) -> None:
         c = self.config
         ideal = workers * c.scale_concurrency / c.scale_latency_s
         f = self.figure(
-            f"scale-{workers}",
-            f"drain, {workers} worker{'s' if workers > 1 else ''} through PgBouncer "
+            f"scale-{workers}" + (f"-shards{shards}" if shards else ""),
+            f"drain, {workers} worker{'s' if workers > 1 else ''}"
+            f"{f', claims reading {shards} shards' if shards else ''} through PgBouncer "
             f"(transaction mode, {c.scale_pool} server connections), concurrency "
             f"{c.scale_concurrency} each, http provider answering after "
             f"{c.scale_latency_s * 1000:.0f} ms",
@@ -2561,9 +2702,12 @@ class Bench:
             note=f"ideal {ideal:,.0f}/s (workers x concurrency / latency); the ratio column "
             "compares with 1 worker",
         )
-        if workers != c.scale_workers[0]:
+        if shards:
+            f.versus = f"scale-{workers}"
+            f.note = "the ratio column compares with the same step's plain claim"
+        elif workers != c.scale_workers[0]:
             f.versus = f"scale-{c.scale_workers[0]}"
-        prefix = f"scale{r}w{workers}"
+        prefix = f"scale{r}w{workers}" + (f"s{shards}" if shards else "")
         total = max(1_000, int(ideal * c.scale_seconds))
         processes = workers_start(
             c,
@@ -2582,8 +2726,20 @@ class Bench:
         cpu_before = cpu_seconds(backends)
         load_before = os.getloadavg()[0]
         keys_before = len(provider.calls)
+        # The workers' CPU: what their whole lives cost (the children's rusage once they are
+        # waited for) less what they had spent by now (starting up, idling).
+        started_cpu = sum(cpu_seconds([p.pid for p in processes]).values())
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.rows.create(prefix, total)
         rate = drain_timed(lambda: self.rows.waiting(prefix), total, processes)
+        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        workers_cpu = (
+            children_after.ru_utime
+            + children_after.ru_stime
+            - children_before.ru_utime
+            - children_before.ru_stime
+            - started_cpu
+        )
         after = claim_counters_read(conn)
         if len(provider.calls) - keys_before != total:
             self.problems.append(
@@ -2599,7 +2755,7 @@ class Bench:
         f.ours.append(rate)
         self.scale_rows.append(
             (
-                workers,
+                f"{workers}, {shards} shards" if shards else workers,
                 rate,
                 ideal,
                 claims,
@@ -2608,6 +2764,7 @@ class Bench:
                 skipped,
                 stale,
                 1000 * pg_cpu / total,
+                1000 * workers_cpu / total,
                 f"{load_before:.1f}-{os.getloadavg()[0]:.1f}",
             )
         )
@@ -2616,7 +2773,8 @@ class Bench:
             f"{claims:,} claims, {total / max(claims, 1):.1f} rows a claim; of {seen:,} rows "
             f"the claims' scans met, {skipped:,} skipped locked and {stale:,} already taken "
             f"({share:.1%} stepped over); PostgreSQL "
-            f"{1000 * pg_cpu / total:.2f} ms CPU a row; load average {os.getloadavg()[0]:.1f}"
+            f"{1000 * pg_cpu / total:.2f} ms CPU a row, the workers "
+            f"{1000 * workers_cpu / total:.2f} ms; load average {os.getloadavg()[0]:.1f}"
         )
 
     def backends(self, conn: psycopg.Connection) -> list[int]:
@@ -2635,13 +2793,13 @@ class Bench:
         print(
             "\nscale run, each step: workers | rows/s | % of ideal | claims | rows a claim | "
             "share of the rows the claims met that they stepped over (skipped locked + already "
-            "taken) | PostgreSQL CPU ms a row | load average (start-end)"
+            "taken) | CPU ms a row: PostgreSQL, the workers | load average (start-end)"
         )
         for row in self.scale_rows:
-            workers, rate, ideal, claims, per, share, skipped, stale, cpu, load = row
+            workers, rate, ideal, claims, per, share, skipped, stale, cpu, wcpu, load = row
             print(
                 f"| {workers} | {rate:,.0f} | {rate / ideal:.0%} | {claims:,} | {per:.1f} | "
-                f"{share:.1%} ({skipped:,} + {stale:,}) | {cpu:.2f} | {load} |"
+                f"{share:.1%} ({skipped:,} + {stale:,}) | {cpu:.2f}, {wcpu:.2f} | {load} |"
             )
 
     def webhook_clients(self) -> list[Rows]:

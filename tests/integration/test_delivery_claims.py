@@ -639,3 +639,98 @@ def test_a_circuit_hold_and_release_read_only_what_they_touch_whatever_the_backl
         empty,
         sorted(visited.items(), key=lambda i: -i[1]),
     )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_recipient_with_100000_held_rows_costs_the_other_recipients_claims_nothing():
+    """One recipient far over its rate limit, its 100,000 rows held by the limit (the deferral
+    scheduled the whole backlog one slot apart, ten an hour, years ahead), in the same client
+    and at the same priority as everyone else: a claim of 100 other recipients' rows visits as
+    many pages as the same claim did before the backlog existed (2,690 and 2,700-3,500 in
+    runs so far; 14-16 of them in queue_pending_client), and the kept plan reads the (priority,
+    client) pair's due range of queue_pending_client, past whose end the held rows lie. Once the
+    queue is vacuumed, that is: the deferral that held the backlog moved 100,000 rows at once,
+    and until VACUUM removes their old index entries (autovacuum comes within its naptime: the
+    queue's scale factor is 0.05) each claim steps over them, 3,862 pages of
+    queue_pending_client a claim here."""
+    from notifyqueue.sqlfile import queries_load
+    from ratelimits.repositories import SQL
+
+    tables = ("notification", "notification_queue", "delivery_attempt", "delivery_client_turn")
+    held, limit, window_s = "held@example.com", 10, 3600.0
+    connection.close()  # a server connection of its own: no plan kept from an earlier test
+    client = ClientFactory()
+    # Everyone else: 20,000 rows due now, each to its own recipient (enough rows that the
+    # claim keeps its plan, as in production, before and after the backlog alike).
+    notifications_insert_bulk(
+        client_id=client.id, count=20_000, status="PENDING", attempt_count=0, last_error=None
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+    def claim_pages() -> int:
+        with transaction.atomic():  # the counters are this transaction's
+            before = pages_visited(tables)
+            claims = repo.notification_claim_due(worker="w", limit=100, claim_timeout_s=30)
+            visited = int(pages_visited(tables) - before)
+        assert len(claims) == 100
+        assert held not in {c.recipient for c in claims}
+        return visited
+
+    claim_pages()  # the connection's first claim makes its plan
+    without = claim_pages()
+
+    # The backlog: 100,000 rows for one recipient, due before everyone else's; its window
+    # holds its limit already; a claim takes its first row and the admission's deferral
+    # (ratelimit_defer) gives it back and schedules the recipient's whole backlog.
+    notifications_insert_bulk(
+        client_id=client.id,
+        count=100_000,
+        status="PENDING",
+        recipient=held,
+        start=timezone.now() - timedelta(hours=2),
+        attempt_count=0,
+        last_error=None,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token) "
+            "SELECT ratelimit_key('email', %s, %s), notifyqueue_now() - g * interval '1 minute', "
+            "gen_random_uuid(), gen_random_uuid() FROM generate_series(1, %s) AS g",
+            [client.id, held, limit],
+        )
+    [first] = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
+    assert first.recipient == held
+    with connection.cursor() as cursor:
+        cursor.execute(
+            queries_load(SQL.path)["ratelimit_defer"],
+            {
+                "channel": "email",
+                "client_id": client.id,
+                "recipient": held,
+                "recipient_key": held,
+                "notification_id": first.id,
+                "claim_token": first.claim_token,
+                "limit": limit,
+                "ceiling": 0,
+                "window_s": window_s,
+            },
+        )
+        cursor.execute(
+            "SELECT count(*), min(due_at) > notifyqueue_now() FROM notification_queue "
+            "WHERE status = 'PENDING' AND recipient_digest = md5(%s)::uuid",
+            [held],
+        )
+        waiting, all_later = cursor.fetchone()
+        cursor.execute("VACUUM ANALYZE notification_queue")
+        cursor.execute("ANALYZE notification")
+    assert (waiting, all_later) == (100_000, True)
+
+    with_backlog = claim_pages()
+    assert with_backlog <= without * 1.1 + 20, (without, with_backlog)
+    with connection.cursor() as cursor:
+        plan = claim_plan(cursor)
+    assert "using queue_pending_client" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    print(f"pages a claim of 100: {without} without the held backlog, {with_backlog} with it")
