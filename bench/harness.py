@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import http.client
@@ -111,8 +112,6 @@ class Config:
     scale_latency_s: float
     scale_seconds: float
     scale_pool: int
-    # The shards experiment: 0 (off) or the number of shards (SHARDED_LOCK).
-    scale_shards: int
     # backlog: one recipient over its limit with `backlog_held` rows held by the rate limit,
     # beside the drain of `drain_rows` other recipients' rows.
     backlog_held: int
@@ -246,13 +245,6 @@ def config_parse(argv: list[str]) -> Config:
         help="PgBouncer's server connections in the scale run (default 8: four per core)",
     )
     parser.add_argument(
-        "--scale-shards",
-        type=int,
-        default=0,
-        help="the scale run's claims read a shard of the queue first (an experiment; default 0: "
-        "off)",
-    )
-    parser.add_argument(
         "--backlog-held",
         type=int,
         default=100_000,
@@ -317,7 +309,6 @@ def config_parse(argv: list[str]) -> Config:
         scale_latency_s=args.scale_latency,
         scale_seconds=args.scale_seconds or (5 if quick else 10),
         scale_pool=args.scale_pool,
-        scale_shards=args.scale_shards,
         backlog_held=args.backlog_held,
         worker_concurrency=args.worker_concurrency,
         worker_batch=args.worker_batch,
@@ -1439,75 +1430,6 @@ def claim_counted_sql() -> str:
     return sql
 
 
-# The shards experiment (--scale-shards N): the queue's rows carry a shard, a hash of the
-# recipient (so one recipient's rows, and its rate-limit lock, stay in one shard), with an
-# index of the claim's order within each shard; a claim takes its worker's shard's rows first
-# (the shard is a hash of the worker id) and steals from the other shards only what that left
-# of its share. Bench-only, on its own database, counted as the plain claim is.
-SHARDED_LOCK = """        CROSS JOIN LATERAL (
-            SELECT u.id, u.priority, u.due_at, u.created_at FROM (
-                (SELECT * FROM (
-                    SELECT n.id, q.priority, q.due_at, q.created_at
-                    FROM notification_queue AS q
-                    JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
-                    WHERE q.status = 'PENDING'
-                      AND (q.bench_shard, q.priority, q.client_id, q.due_at)
-                          BETWEEN (v_shard, dp.priority, dp.client_id, '-infinity'::timestamptz)
-                              AND (v_shard, dp.priority, dp.client_id, notifyqueue_now())
-                      AND nextval('bench_claim_seen') > 0
-                    ORDER BY q.bench_shard, q.priority, q.client_id, q.due_at, q.created_at
-                    LIMIT s.share
-                    FOR UPDATE OF n SKIP LOCKED) AS own)
-                UNION ALL
-                (SELECT * FROM (
-                    SELECT n.id, q.priority, q.due_at, q.created_at
-                    FROM notification_queue AS q
-                    JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
-                    WHERE q.status = 'PENDING'
-                      AND (q.priority, q.client_id, q.due_at)
-                          BETWEEN (dp.priority, dp.client_id, '-infinity'::timestamptz)
-                              AND (dp.priority, dp.client_id, notifyqueue_now())
-                      AND q.bench_shard <> v_shard
-                      AND nextval('bench_claim_seen') > 0
-                    ORDER BY q.priority, q.client_id, q.due_at, q.created_at
-                    LIMIT s.share
-                    FOR UPDATE OF n SKIP LOCKED) AS stolen)
-            ) AS u
-            LIMIT s.share
-        ) AS head
-"""
-
-
-def claim_sharded_install(conn: psycopg.Connection, shards: int) -> None:
-    """The shard column and index on the queue, and the claim that reads its shard first."""
-    conn.execute(
-        "ALTER TABLE notification_queue ADD COLUMN IF NOT EXISTS bench_shard integer "
-        f"GENERATED ALWAYS AS (abs(hashtext(recipient_digest::text)) % {shards}) STORED"
-    )
-    conn.execute(
-        "CREATE INDEX IF NOT EXISTS bench_queue_pending_shard ON notification_queue "
-        "(bench_shard, priority, client_id, due_at, created_at) WHERE status = 'PENDING'"
-    )
-    conn.execute("ANALYZE notification_queue")
-    sql = claim_counted_sql()
-    start = sql.index("        CROSS JOIN LATERAL (\n            -- The record is what is locked")
-    end = sql.index("        ) AS head\n", start) + len("        ) AS head\n")
-    sql = sql[:start] + SHARDED_LOCK + sql[end:]
-    declare = "#variable_conflict use_column\n"
-    sql = sql.replace(
-        declare,
-        declare + f"DECLARE\n    v_shard integer := abs(hashtext(p_worker)) % {shards};\n",
-        1,
-    )
-    conn.execute(sql)
-
-
-def claim_sharded_remove(conn: psycopg.Connection) -> None:
-    conn.execute(claim_counted_sql())
-    conn.execute("DROP INDEX IF EXISTS bench_queue_pending_shard")
-    conn.execute("ALTER TABLE notification_queue DROP COLUMN IF EXISTS bench_shard")
-
-
 def claim_counters_install(conn: psycopg.Connection) -> None:
     for name in CLAIM_COUNTERS:
         conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {name}")
@@ -2573,7 +2495,15 @@ class Bench:
                 [backlogged.client_id, recipient, c.backlog_held],
             )
             vacuum_analyze(conn)
-            processes = workers_start(c, self.server, 1, until_empty=False)
+            # One row a claim: a claim of 250 of them would defer 240 one by one, and each
+            # deferral schedules the whole backlog again (seconds each at 100,000 rows).
+            processes = workers_start(
+                dataclasses.replace(c, worker_batch=1),
+                self.server,
+                1,
+                until_empty=False,
+                concurrency=1,
+            )
             due = (
                 "SELECT count(*) FROM notification_queue WHERE client_id = %s "
                 "AND (status = 'PROCESSING' OR (status = 'PENDING' AND due_at <= now()))"
@@ -2597,7 +2527,7 @@ class Bench:
             log(f"{held.name}: {rate:,.0f}/s, load average {os.getloadavg()[0]:.1f}")
         arriving = self.figure(
             "backlog-arriving",
-            "the same while the held recipient gets one new notification a second",
+            "the same while the held recipient gets a new notification every 5 s",
             "notifications/s",
             note="each new row is claimed, refused by the limit and deferred, and the deferral "
             "schedules the recipient's whole backlog again; the ratio column compares with "
@@ -2610,7 +2540,7 @@ class Bench:
             def arrive(r: int = r, stop: threading.Event = stop) -> None:
                 with self.server.connect(DATABASES["ours"]) as conn:
                     n = 0
-                    while not stop.wait(1.0):
+                    while not stop.wait(5.0):
                         n += 1
                         conn.execute(
                             """
@@ -2645,7 +2575,7 @@ class Bench:
         server, not the provider. Workers start and are ready before the rows are created
         (one commit, which wakes them all). Each step reports the rows per second, how far
         from the ideal, the claims' share of rows stepped over (claim_counted_sql), rows per
-        claim, PostgreSQL's CPU per row and the load average."""
+        claim, PostgreSQL's and the workers' CPU per row and the load average."""
         c = self.config
         with (
             self.server.connect(DATABASES["ours"]) as conn,
@@ -2663,17 +2593,7 @@ class Bench:
                 vacuum_analyze(conn)
             try:
                 for workers in c.scale_workers:
-                    self.scale_step(r, workers, conn, bouncer, provider, shards=0)
-                    if c.scale_shards:
-                        # The same step again at once with the sharded claim: the pair shares
-                        # the minute's load.
-                        claim_sharded_install(conn, c.scale_shards)
-                        try:
-                            self.scale_step(
-                                r, workers, conn, bouncer, provider, shards=c.scale_shards
-                            )
-                        finally:
-                            claim_sharded_remove(conn)
+                    self.scale_step(r, workers, conn, bouncer, provider)
             finally:
                 claim_counters_remove(conn)
             if bouncer.complaints():
@@ -2686,15 +2606,12 @@ class Bench:
         conn: psycopg.Connection,
         bouncer: PgBouncer,
         provider: Provider,
-        *,
-        shards: int,
     ) -> None:
         c = self.config
         ideal = workers * c.scale_concurrency / c.scale_latency_s
         f = self.figure(
-            f"scale-{workers}" + (f"-shards{shards}" if shards else ""),
-            f"drain, {workers} worker{'s' if workers > 1 else ''}"
-            f"{f', claims reading {shards} shards' if shards else ''} through PgBouncer "
+            f"scale-{workers}",
+            f"drain, {workers} worker{'s' if workers > 1 else ''} through PgBouncer "
             f"(transaction mode, {c.scale_pool} server connections), concurrency "
             f"{c.scale_concurrency} each, http provider answering after "
             f"{c.scale_latency_s * 1000:.0f} ms",
@@ -2702,13 +2619,10 @@ class Bench:
             note=f"ideal {ideal:,.0f}/s (workers x concurrency / latency); the ratio column "
             "compares with 1 worker",
         )
-        if shards:
-            f.versus = f"scale-{workers}"
-            f.note = "the ratio column compares with the same step's plain claim"
-        elif workers != c.scale_workers[0]:
+        if workers != c.scale_workers[0]:
             f.versus = f"scale-{c.scale_workers[0]}"
-        prefix = f"scale{r}w{workers}" + (f"s{shards}" if shards else "")
-        total = max(1_000, int(ideal * c.scale_seconds))
+        prefix = f"scale{r}w{workers}"
+        total = max(200, int(ideal * c.scale_seconds))
         processes = workers_start(
             c,
             self.server,
@@ -2755,7 +2669,7 @@ class Bench:
         f.ours.append(rate)
         self.scale_rows.append(
             (
-                f"{workers}, {shards} shards" if shards else workers,
+                workers,
                 rate,
                 ideal,
                 claims,
