@@ -1,7 +1,8 @@
 """Notify Queue's benchmark, beside procrastinate and pgqueuer on one PostgreSQL.
 
-Ingest, drain, quiet-hours release, slow provider, fairness, aging, webhooks, latency and
-history, all in one command:
+Ingest, drain, quiet-hours release, slow provider, fairness, aging, webhooks, latency,
+history, a backlogged recipient and the scale run (1-16 workers through PgBouncer), all in one
+command:
 
     python3 dev.py bench [--quick] [--repeats 3] [--backlog 200000] [--large-backlog] ...
 
@@ -11,7 +12,7 @@ creates three databases on the PostgreSQL server the project uses (the embedded 
 .notifyqueue/ unless --database-url names another): notifyqueue_bench, bench_procrastinate
 and bench_pgqueuer, dropped and created afresh on each run. It starts real processes: gunicorn
 for the API, `manage.py run_worker` for drain, the peers' own workers, and an HTTP provider (and
-webhook receiver) on 127.0.0.1.
+webhook receiver) on 127.0.0.1, and for the scale run Debian's PgBouncer.
 """
 
 from __future__ import annotations
