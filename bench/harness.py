@@ -1,7 +1,8 @@
 """Notify Queue's benchmark, beside procrastinate and pgqueuer on one PostgreSQL.
 
-Ingest, drain, quiet-hours release, slow provider, fairness, aging, webhooks, latency and
-history, all in one command:
+Ingest, drain, quiet-hours release, slow provider, fairness, aging, webhooks, latency,
+history, a backlogged recipient and the scale run (1-16 workers through PgBouncer), all in one
+command:
 
     python3 dev.py bench [--quick] [--repeats 3] [--backlog 200000] [--large-backlog] ...
 
@@ -11,7 +12,7 @@ creates three databases on the PostgreSQL server the project uses (the embedded 
 .notifyqueue/ unless --database-url names another): notifyqueue_bench, bench_procrastinate
 and bench_pgqueuer, dropped and created afresh on each run. It starts real processes: gunicorn
 for the API, `manage.py run_worker` for drain, the peers' own workers, and an HTTP provider (and
-webhook receiver) on 127.0.0.1.
+webhook receiver) on 127.0.0.1, and for the scale run Debian's PgBouncer.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import http.client
@@ -27,6 +29,7 @@ import json
 import os
 import random
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -34,6 +37,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -100,6 +104,18 @@ class Config:
     # webhooks: `webhook_rows` notifications (split among the run's clients) whose events one
     # worker's sender POSTs to a receiver answering at once.
     webhook_rows: int
+    # scale: 1, 2, 4 ... run_worker processes through PgBouncer in transaction mode, each at
+    # `scale_concurrency` against an HTTP provider answering after exactly `scale_latency_s`,
+    # PgBouncer holding `scale_pool` server connections; each step drains `scale_seconds` of
+    # the step's ideal rate (workers x concurrency / latency).
+    scale_workers: list[int]
+    scale_concurrency: int
+    scale_latency_s: float
+    scale_seconds: float
+    scale_pool: int
+    # backlog: one recipient over its limit with `backlog_held` rows held by the rate limit,
+    # beside the drain of `drain_rows` other recipients' rows.
+    backlog_held: int
     worker_concurrency: int
     worker_batch: int
     api_workers: int
@@ -124,6 +140,8 @@ SECTIONS = (
     "webhooks",
     "latency",
     "history",
+    "backlog",
+    "scale",
 )
 # The email provider's events secret for the receipts run (a fixed, throwaway key).
 RECEIPTS_SECRET = "whsec_" + base64.b64encode(b"bench-receipts-key-0123456789abc").decode()
@@ -199,6 +217,40 @@ def config_parse(argv: list[str]) -> Config:
         type=int,
         help="notifications whose webhooks each webhook run sends (default 5,000; quick 2,000)",
     )
+    parser.add_argument(
+        "--scale-workers",
+        default="1,2,4,8,16",
+        help="run_worker processes at each step of the scale run (default 1,2,4,8,16)",
+    )
+    parser.add_argument(
+        "--scale-concurrency",
+        type=int,
+        default=8,
+        help="each scale worker's --concurrency (default 8)",
+    )
+    parser.add_argument(
+        "--scale-latency",
+        type=float,
+        default=0.25,
+        help="seconds the scale run's HTTP provider takes to answer, exactly (default 0.25)",
+    )
+    parser.add_argument(
+        "--scale-seconds",
+        type=float,
+        help="seconds of the ideal rate each scale step drains (default 10; quick 5)",
+    )
+    parser.add_argument(
+        "--scale-pool",
+        type=int,
+        default=8,
+        help="PgBouncer's server connections in the scale run (default 8: four per core)",
+    )
+    parser.add_argument(
+        "--backlog-held",
+        type=int,
+        default=100_000,
+        help="rows the backlog run's recipient has held by its rate limit (default 100,000)",
+    )
     parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
     parser.add_argument("--api-workers", type=int, default=4)
     parser.add_argument("--api-threads", type=int, default=4)
@@ -253,6 +305,12 @@ def config_parse(argv: list[str]) -> Config:
         aging_seconds=args.aging_seconds or (8 if quick else 12),
         aging_period=2.0,
         webhook_rows=args.webhook_rows or (2_000 if quick else 5_000),
+        scale_workers=[int(n) for n in args.scale_workers.split(",")],
+        scale_concurrency=args.scale_concurrency,
+        scale_latency_s=args.scale_latency,
+        scale_seconds=args.scale_seconds or (5 if quick else 10),
+        scale_pool=args.scale_pool,
+        backlog_held=args.backlog_held,
         worker_concurrency=args.worker_concurrency,
         worker_batch=args.worker_batch,
         api_workers=args.api_workers,
@@ -1241,6 +1299,160 @@ class Provider:
         writer.close()
 
 
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+
+
+class PgBouncer:
+    """Debian's PgBouncer on 127.0.0.1 in front of one database of the server, in transaction
+    mode with `pool` server connections (as tests/integration/test_pgbouncer.py starts it, with
+    production's reset: none in transaction mode). `url` is what a process connects to."""
+
+    def __init__(self, server: Server, database: str, pool: int) -> None:
+        self.server, self.database, self.pool = server, database, pool
+        self.folder = Path(tempfile.mkdtemp(prefix="bench-pgbouncer-"))
+        self.process: subprocess.Popen | None = None
+        self.port = 0
+
+    def __enter__(self) -> PgBouncer:
+        if not Path(PGBOUNCER).exists():
+            raise SystemExit(
+                "the scale run needs pgbouncer: `apt-get install pgbouncer` (python3 dev.py "
+                "test installs it when run as root)"
+            )
+        p = self.server.params
+        host = p.get("host", "127.0.0.1")
+        user = p.get("user", "postgres")
+        target = f"host={host} dbname={self.database} user={user}"
+        if p.get("port"):
+            target += f" port={p['port']}"
+        if p.get("password"):
+            target += f" password='{p['password']}'"
+        (self.folder / "userlist.txt").write_text(f'"{user}" ""\n')
+        settings = {
+            "listen_addr": "127.0.0.1",
+            "unix_socket_dir": "",
+            "pidfile": "",
+            "auth_type": "trust",
+            "auth_file": str(self.folder / "userlist.txt"),
+            "pool_mode": "transaction",
+            "default_pool_size": str(self.pool),
+            "max_db_connections": str(self.pool),
+            "reserve_pool_size": "0",
+            "max_client_conn": "1000",
+            "log_connections": "0",
+            "log_disconnections": "0",
+            "log_pooler_errors": "1",
+        }
+        if os.geteuid() == 0:
+            # PgBouncer will not run as root: the account that may reach the server's socket.
+            settings["user"] = Path(host).owner() if host.startswith("/") else "nobody"
+        config, log_path = self.folder / "pgbouncer.ini", self.folder / "pgbouncer.log"
+        for _ in range(3):  # another process may take the free port before PgBouncer binds it
+            self.port = free_port()
+            config.write_text(
+                f"[databases]\n{self.database} = {target}\n\n[pgbouncer]\n"
+                f"listen_port = {self.port}\n"
+                + "".join(f"{key} = {value}\n" for key, value in settings.items())
+            )
+            os.chmod(self.folder, 0o755)
+            with open(log_path, "w") as out:
+                self.process = subprocess.Popen([PGBOUNCER, str(config)], stdout=out, stderr=out)
+            deadline = time.monotonic() + 20
+            while self.process.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(OSError):
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    return self
+                time.sleep(0.1)
+            self.process.kill()
+            self.process.wait()
+        raise SystemExit(f"pgbouncer did not start:\n{log_path.read_text()[-2000:]}")
+
+    @property
+    def url(self) -> str:
+        user = quote(self.server.params.get("user", "postgres"))
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{self.database}"
+
+    def complaints(self) -> list[str]:
+        """PgBouncer's own warnings and errors so far (none when every client was served)."""
+        text = (self.folder / "pgbouncer.log").read_text()
+        return re.findall(r"^.* (?:WARNING|ERROR|FATAL) .*$", text, re.M)
+
+    def __exit__(self, *exc) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=10)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# The claim with counters, for the scale run only (its own database; the project's claim is
+# put back afterwards): `bench_claim_calls` counts claims; `bench_claim_seen` each row the
+# locking scan handed to FOR UPDATE SKIP LOCKED (a join filter below the lock, evaluated once
+# per candidate row); `bench_claim_locked` each row it locked; `bench_claim_taken` each row
+# the claim returned. Seen minus locked: rows skipped because another claim, still open, held
+# them. Locked minus taken: rows another claim had taken and committed since this claim's
+# snapshot, which the lock finds in their new version and the claim's UPDATE then drops (its
+# WHERE re-checks status and due time). Both are rows the claims stepped over.
+CLAIM_SQL = ROOT / "delivery" / "sql" / "functions" / "notification_claim_due_many.sql"
+CLAIM_COUNTERS = (
+    "bench_claim_calls",
+    "bench_claim_seen",
+    "bench_claim_locked",
+    "bench_claim_taken",
+)
+
+
+def claim_counted_sql() -> str:
+    sql = CLAIM_SQL.read_text()
+    edits = [
+        (
+            "#variable_conflict use_column\nBEGIN\n",
+            "#variable_conflict use_column\nBEGIN\n    PERFORM nextval('bench_claim_calls');\n",
+        ),
+        (
+            "AND (dp.priority, dp.client_id, notifyqueue_now())\n",
+            "AND (dp.priority, dp.client_id, notifyqueue_now())\n"
+            "              AND nextval('bench_claim_seen') > 0\n",
+        ),
+        (
+            "            FOR UPDATE OF n SKIP LOCKED\n        ) AS head\n",
+            "            FOR UPDATE OF n SKIP LOCKED\n        ) AS head\n"
+            "        WHERE nextval('bench_claim_locked') > 0\n",
+        ),
+        (
+            "    FROM claimed AS c\n    ORDER BY c.place;\n",
+            "    FROM claimed AS c\n    WHERE nextval('bench_claim_taken') > 0\n"
+            "    ORDER BY c.place;\n",
+        ),
+    ]
+    for old, new in edits:
+        if sql.count(old) != 1:
+            raise SystemExit(f"the claim's SQL changed: cannot count its rows at {old!r}")
+        sql = sql.replace(old, new)
+    return sql
+
+
+def claim_counters_install(conn: psycopg.Connection) -> None:
+    for name in CLAIM_COUNTERS:
+        conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {name}")
+    conn.execute(claim_counted_sql())
+
+
+def claim_counters_remove(conn: psycopg.Connection) -> None:
+    conn.execute(CLAIM_SQL.read_text())
+    for name in CLAIM_COUNTERS:
+        conn.execute(f"DROP SEQUENCE IF EXISTS {name}")
+
+
+def claim_counters_read(conn: psycopg.Connection) -> dict[str, int]:
+    """Each counter's value (0 before its first use)."""
+    return {
+        name: conn.execute(
+            f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {name}"
+        ).fetchone()[0]
+        for name in CLAIM_COUNTERS
+    }
+
+
 def http_provider_env(provider: Provider) -> dict[str, str]:
     return {
         "NOTIFYQUEUE_EMAIL_PROVIDER": "http",
@@ -1323,6 +1535,10 @@ class Bench:
         self.aging_clients: list[Rows] = []
         # machine_speed() at the start and at the end.
         self.speeds: list[str] = []
+        # The scale run's steps: (workers, rows/s, ideal, claims, rows a claim, share
+        # stepped over, rows skipped locked, rows already taken, PostgreSQL's and the workers'
+        # CPU ms a row, load average).
+        self.scale_rows: list[tuple] = []
 
     def cpu_note(self, key: str, note: str, *, per: str = "create") -> None:
         self.cpu.setdefault(f"[{key}] per {per}", []).append(note)
@@ -1412,6 +1628,11 @@ class Bench:
             self.aging()
         if "history" in c.sections:
             self.history()
+        if "backlog" in c.sections:
+            self.backlog()
+        if "scale" in c.sections:
+            for r in range(c.repeats):
+                self.scale(r)
         self.exactly_once_check()
         log(f"measured in {time.monotonic() - started:,.0f} s")
         self.speeds.append(machine_speed())
@@ -2232,6 +2453,270 @@ class Bench:
             f.ours.append(rate)
             log(f"{f.name}: {rate:,.0f}/s")
 
+    def backlog(self) -> None:
+        """One recipient far over its rate limit does not slow the others: the drain of
+        `drain_rows` rows (one worker, simulated provider, every row its own recipient) with
+        no backlog, then beside one recipient of another client with `backlog_held` rows held
+        by its rate limit (the default 10 an hour). The held rows are made as production
+        makes them: written due now, then a worker claims the first of them, sends ten and
+        defers the rest, which schedules the recipient's whole backlog one slot apart, hours
+        ahead (notification_rate_defer)."""
+        c = self.config
+        plain = self.figure(
+            "backlog-none",
+            "drain, 1 worker, simulated provider, no recipient over its limit",
+            "notifications/s",
+        )
+        held = self.figure(
+            "backlog-held",
+            f"the same beside one recipient with {c.backlog_held:,} rows held by its rate limit",
+            "notifications/s",
+            note="target ≥ 0.9 x the same drain without the held rows; the ratio column "
+            "compares with it",
+        )
+        held.versus = "backlog-none"
+        for r in range(c.repeats):
+            rate = self.drain_ours(f"bkdrain{r}n", 1)
+            plain.ours.append(rate)
+            log(f"{plain.name}: {rate:,.0f}/s, load average {os.getloadavg()[0]:.1f}")
+        [backlogged] = self.clients_create(["backlogged"])
+        recipient = "held@example.com"
+        log(f"backlog: {c.backlog_held:,} rows for {recipient}, then one worker holds them")
+        with self.server.connect(DATABASES["ours"]) as conn:
+            conn.execute(
+                """
+                INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                    channel, recipient, subject, body, priority, metadata, fallback_channels,
+                    status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                    created_at, updated_at)
+                SELECT gen_random_uuid(), %s, 'held-' || g, '', 'email', %s, 'Hi', 'Body', 2,
+                       '{}', '[]', 'PENDING', now(), now(), 0, 6, 0, now(), now()
+                  FROM generate_series(1, %s) AS g
+                """,
+                [backlogged.client_id, recipient, c.backlog_held],
+            )
+            vacuum_analyze(conn)
+            # One row a claim: a claim of 250 of them would defer 240 one by one, and each
+            # deferral schedules the whole backlog again (seconds each at 100,000 rows).
+            processes = workers_start(
+                dataclasses.replace(c, worker_batch=1),
+                self.server,
+                1,
+                until_empty=False,
+                concurrency=1,
+            )
+            due = (
+                "SELECT count(*) FROM notification_queue WHERE client_id = %s "
+                "AND (status = 'PROCESSING' OR (status = 'PENDING' AND due_at <= now()))"
+            )
+            deadline = time.monotonic() + 300
+            while conn.execute(due, [backlogged.client_id]).fetchone()[0]:
+                if time.monotonic() > deadline:
+                    raise SystemExit("backlog: the held recipient's rows were never deferred")
+                time.sleep(0.5)
+            processes_stop(processes)
+            waiting, first_due = conn.execute(
+                "SELECT count(*), min(due_at) - now() FROM notification_queue "
+                "WHERE client_id = %s AND status = 'PENDING'",
+                [backlogged.client_id],
+            ).fetchone()
+            vacuum_analyze(conn)
+        log(f"backlog: {waiting:,} rows held, the first due in {first_due}")
+        for r in range(c.repeats):
+            rate = self.drain_ours(f"bkdrain{r}h", 1)
+            held.ours.append(rate)
+            log(f"{held.name}: {rate:,.0f}/s, load average {os.getloadavg()[0]:.1f}")
+        arriving = self.figure(
+            "backlog-arriving",
+            "the same while the held recipient gets a new notification every 5 s",
+            "notifications/s",
+            note="each new row is claimed, refused by the limit and deferred, and the deferral "
+            "schedules the recipient's whole backlog again; the ratio column compares with "
+            "the drain without the held rows",
+        )
+        arriving.versus = "backlog-none"
+        for r in range(c.repeats):
+            stop = threading.Event()
+
+            def arrive(r: int = r, stop: threading.Event = stop) -> None:
+                with self.server.connect(DATABASES["ours"]) as conn:
+                    n = 0
+                    while not stop.wait(5.0):
+                        n += 1
+                        conn.execute(
+                            """
+                            INSERT INTO notification (id, client_id, idempotency_key,
+                                request_fingerprint, channel, recipient, subject, body,
+                                priority, metadata, fallback_channels, status, send_at, due_at,
+                                attempt_count, max_attempts, operator_retries, created_at,
+                                updated_at)
+                            VALUES (gen_random_uuid(), %s, %s, '', 'email', %s, 'Hi', 'Body',
+                                    2, '{}', '[]', 'PENDING', now(), now(), 0, 6, 0, now(),
+                                    now())
+                            """,
+                            [backlogged.client_id, f"heldnew{r}-{n}", recipient],
+                        )
+
+            arrivals = threading.Thread(target=arrive, daemon=True)
+            arrivals.start()
+            try:
+                rate = self.drain_ours(f"bkdrain{r}a", 1)
+            finally:
+                stop.set()
+                arrivals.join(10)
+            arriving.ours.append(rate)
+            log(f"{arriving.name}: {rate:,.0f}/s, load average {os.getloadavg()[0]:.1f}")
+
+    def scale(self, r: int) -> None:
+        """The same drain at 1, 2, 4 ... worker processes, every one through one PgBouncer in
+        transaction mode (their LISTEN sessions direct, as production's must be), each with
+        its own connections and worker id as on separate hosts, against an HTTP provider
+        answering after exactly `scale_latency_s`: the ideal rate is workers x concurrency /
+        latency, so a step below it measures what the workers cost each other and the
+        server, not the provider. Workers start and are ready before the rows are created
+        (one commit, which wakes them all). Each step reports the rows per second, how far
+        from the ideal, the claims' share of rows stepped over (claim_counted_sql), rows per
+        claim, PostgreSQL's and the workers' CPU per row and the load average."""
+        c = self.config
+        with (
+            self.server.connect(DATABASES["ours"]) as conn,
+            PgBouncer(self.server, DATABASES["ours"], c.scale_pool) as bouncer,
+            Provider(c.scale_latency_s) as provider,
+        ):
+            claim_counters_install(conn)
+            if not self.scale_rows:
+                # Finished rows, as any installation has: with fewer than 10,000 records the
+                # claim is planned at every call (notification_claim_due_many.sql), which is
+                # an empty table's cost, not production's.
+                notifications_insert(
+                    conn, self.rows.client_id, "planhistory", 20_000, status="SENT"
+                )
+                vacuum_analyze(conn)
+            try:
+                for workers in c.scale_workers:
+                    self.scale_step(r, workers, conn, bouncer, provider)
+            finally:
+                claim_counters_remove(conn)
+            if bouncer.complaints():
+                self.problems.append(f"pgbouncer complained: {bouncer.complaints()[:5]}")
+
+    def scale_step(
+        self,
+        r: int,
+        workers: int,
+        conn: psycopg.Connection,
+        bouncer: PgBouncer,
+        provider: Provider,
+    ) -> None:
+        c = self.config
+        ideal = workers * c.scale_concurrency / c.scale_latency_s
+        f = self.figure(
+            f"scale-{workers}",
+            f"drain, {workers} worker{'s' if workers > 1 else ''} through PgBouncer "
+            f"(transaction mode, {c.scale_pool} server connections), concurrency "
+            f"{c.scale_concurrency} each, http provider answering after "
+            f"{c.scale_latency_s * 1000:.0f} ms",
+            "notifications/s",
+            note=f"ideal {ideal:,.0f}/s (workers x concurrency / latency); the ratio column "
+            "compares with 1 worker",
+        )
+        if workers != c.scale_workers[0]:
+            f.versus = f"scale-{c.scale_workers[0]}"
+        prefix = f"scale{r}w{workers}"
+        total = max(200, int(ideal * c.scale_seconds))
+        processes = workers_start(
+            c,
+            self.server,
+            workers,
+            until_empty=False,
+            concurrency=c.scale_concurrency,
+            DATABASE_URL=bouncer.url,
+            NOTIFYQUEUE_LISTEN_DATABASE_URL=self.server.url(DATABASES["ours"]),
+            **http_provider_env(provider),
+        )
+        workers_ready(self.server, processes, timeout=120)
+        self.server.checkpoint()
+        before = claim_counters_read(conn)
+        backends = self.backends(conn)
+        cpu_before = cpu_seconds(backends)
+        load_before = os.getloadavg()[0]
+        keys_before = len(provider.calls)
+        # The workers' CPU: what their whole lives cost (the children's rusage once they are
+        # waited for) less what they had spent by now (starting up, idling).
+        started_cpu = sum(cpu_seconds([p.pid for p in processes]).values())
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.rows.create(prefix, total)
+        rate = drain_timed(lambda: self.rows.waiting(prefix), total, processes)
+        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        workers_cpu = (
+            children_after.ru_utime
+            + children_after.ru_stime
+            - children_before.ru_utime
+            - children_before.ru_stime
+            - started_cpu
+        )
+        after = claim_counters_read(conn)
+        if len(provider.calls) - keys_before != total:
+            self.problems.append(
+                f"{prefix}: the http provider was asked for "
+                f"{len(provider.calls) - keys_before:,} new keys, not {total:,}"
+            )
+        backends = sorted(set(backends) | set(self.backends(conn)))
+        pg_cpu = sum(used - cpu_before.get(pid, 0.0) for pid, used in cpu_seconds(backends).items())
+        self.provider_check(prefix, provider)
+        claims, seen, locked, taken = (after[k] - before[k] for k in CLAIM_COUNTERS)
+        skipped, stale = seen - locked, locked - taken
+        share = (skipped + stale) / seen if seen else 0.0
+        f.ours.append(rate)
+        self.scale_rows.append(
+            (
+                workers,
+                rate,
+                ideal,
+                claims,
+                total / max(claims, 1),
+                share,
+                skipped,
+                stale,
+                1000 * pg_cpu / total,
+                1000 * workers_cpu / total,
+                f"{load_before:.1f}-{os.getloadavg()[0]:.1f}",
+            )
+        )
+        log(
+            f"{f.name}: {rate:,.0f}/s ({rate / ideal:.0%} of the ideal {ideal:,.0f}/s); "
+            f"{claims:,} claims, {total / max(claims, 1):.1f} rows a claim; of {seen:,} rows "
+            f"the claims' scans met, {skipped:,} skipped locked and {stale:,} already taken "
+            f"({share:.1%} stepped over); PostgreSQL "
+            f"{1000 * pg_cpu / total:.2f} ms CPU a row, the workers "
+            f"{1000 * workers_cpu / total:.2f} ms; load average {os.getloadavg()[0]:.1f}"
+        )
+
+    def backends(self, conn: psycopg.Connection) -> list[int]:
+        """The server processes serving our database: PgBouncer's pool among them."""
+        return [
+            pid
+            for (pid,) in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (DATABASES["ours"],),
+            ).fetchall()
+        ]
+
+    def scale_print(self) -> None:
+        if not self.scale_rows:
+            return
+        print(
+            "\nscale run, each step: workers | rows/s | % of ideal | claims | rows a claim | "
+            "share of the rows the claims met that they stepped over (skipped locked + already "
+            "taken) | CPU ms a row: PostgreSQL, the workers | load average (start-end)"
+        )
+        for row in self.scale_rows:
+            workers, rate, ideal, claims, per, share, skipped, stale, cpu, wcpu, load = row
+            print(
+                f"| {workers} | {rate:,.0f} | {rate / ideal:.0%} | {claims:,} | {per:.1f} | "
+                f"{share:.1%} ({skipped:,} + {stale:,}) | {cpu:.2f}, {wcpu:.2f} | {load} |"
+            )
+
     def webhook_clients(self) -> list[Rows]:
         """The webhook runs' clients (made with create_client); each run points their
         webhook URL at its own receiver."""
@@ -2322,6 +2807,8 @@ class Bench:
             "hooks%",
             "latency%",
             "history%drain%",
+            "scale%",
+            "bkdrain%",
         )
         with self.server.connect(DATABASES["ours"]) as conn:
             where = " OR ".join("n.idempotency_key LIKE %s" for _ in delivered)
@@ -2374,6 +2861,7 @@ class Bench:
                        AND n.idempotency_key NOT LIKE 'latency%%'
                        AND n.idempotency_key NOT LIKE 'fslow%%'
                        AND n.idempotency_key NOT LIKE 'aging%%'
+                       AND n.idempotency_key NOT LIKE 'scale%%'
                        AND coalesce(m.sends, 0) <> 1
                     """,
                     delivered,
@@ -2398,6 +2886,7 @@ class Bench:
             "back to back. For ms, lower is better."
         )
         table_print(self.figures)
+        self.scale_print()
         print()
         print(f"machine at the start: {self.speeds[0]}; at the end: {self.speeds[-1]}")
         for key, notes in self.cpu.items():

@@ -639,3 +639,109 @@ def test_a_circuit_hold_and_release_read_only_what_they_touch_whatever_the_backl
         empty,
         sorted(visited.items(), key=lambda i: -i[1]),
     )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_recipient_with_100000_held_rows_costs_the_other_recipients_claims_nothing():
+    """One recipient far over its rate limit, its 100,000 rows held by the limit (the deferral
+    scheduled the whole backlog one slot apart, ten an hour, years ahead), in the same client
+    and at the same priority as everyone else. A claim of 100 other recipients' rows, against
+    the same claim beside the same recipient's 100,000 rows already sent (the same record
+    size): the kept plan reads the (priority, client) pair's due range of queue_pending_client,
+    past whose end the held rows lie, and visits as many of its pages (11-14 in runs so far);
+    the claim as a whole visits 13 % more (3,585 pages against 3,156-3,248), which is the
+    queue's primary key one level deeper with 100,000 more live rows (601 pages against 401)
+    and the record's pages the deferral rewrote, not a read of the held rows. Once the queue is
+    vacuumed, that is: the deferral that held the backlog moved 100,000 rows at once, and until
+    VACUUM removes their old index entries (autovacuum comes within its naptime: the queue's
+    scale factor is 0.05) each claim steps over them, 3,862 pages of queue_pending_client a
+    claim where 14 do afterwards."""
+    from notifyqueue.sqlfile import queries_load
+    from ratelimits.repositories import SQL
+
+    tables = ("notification", "notification_queue", "delivery_attempt", "delivery_client_turn")
+    held, limit, window_s = "held@example.com", 10, 3600.0
+    connection.close()  # a server connection of its own: no plan kept from an earlier test
+    client = ClientFactory()
+    # Everyone else: 20,000 rows due now, each to its own recipient.
+    notifications_insert_bulk(
+        client_id=client.id, count=20_000, status="PENDING", attempt_count=0, last_error=None
+    )
+
+    def backlog_insert(status: str) -> None:
+        notifications_insert_bulk(
+            client_id=client.id,
+            count=100_000,
+            status=status,
+            recipient=held,
+            start=timezone.now() - timedelta(hours=2),
+            attempt_count=0,
+            last_error=None,
+        )
+
+    def claim_pages() -> tuple[int, int]:
+        """Pages a claim of 100 visits: in all, and of queue_pending_client."""
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE notification_queue")
+            cursor.execute("ANALYZE notification")
+        with transaction.atomic():  # the counters are this transaction's
+            before, index_before = pages_visited(tables), pages_visited_by_relation()
+            claims = repo.notification_claim_due(worker="w", limit=100, claim_timeout_s=30)
+            visited, index_after = pages_visited(tables), pages_visited_by_relation()
+        assert len(claims) == 100
+        assert held not in {c.recipient for c in claims}
+        due_range = index_after["queue_pending_client"] - index_before["queue_pending_client"]
+        return int(visited - before), due_range
+
+    # The control: the recipient's 100,000 rows all sent.
+    backlog_insert("SENT")
+    claim_pages()  # the connection's first claim makes its plan
+    sent = claim_pages()
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM notification WHERE recipient = %s", [held])
+        cursor.execute("VACUUM notification")
+
+    # The backlog: 100,000 rows for the recipient, due before everyone else's; its window
+    # holds its limit already; a claim takes its first row and the admission's deferral
+    # (ratelimit_defer) gives it back and schedules the recipient's whole backlog.
+    backlog_insert("PENDING")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO ratelimit_delivery (key, at, notification_id, claim_token) "
+            "SELECT ratelimit_key('email', %s, %s), notifyqueue_now() - g * interval '1 minute', "
+            "gen_random_uuid(), gen_random_uuid() FROM generate_series(1, %s) AS g",
+            [client.id, held, limit],
+        )
+    [first] = repo.notification_claim_due(worker="w", limit=1, claim_timeout_s=30)
+    assert first.recipient == held
+    with connection.cursor() as cursor:
+        cursor.execute(
+            queries_load(SQL.path)["ratelimit_defer"],
+            {
+                "channel": "email",
+                "client_id": client.id,
+                "recipient": held,
+                "recipient_key": held,
+                "notification_id": first.id,
+                "claim_token": first.claim_token,
+                "limit": limit,
+                "ceiling": 0,
+                "window_s": window_s,
+            },
+        )
+        cursor.execute(
+            "SELECT count(*), min(due_at) > notifyqueue_now() FROM notification_queue "
+            "WHERE status = 'PENDING' AND recipient_digest = md5(%s)::uuid",
+            [held],
+        )
+        assert cursor.fetchone() == (100_000, True)
+
+    with_backlog = claim_pages()
+    assert with_backlog[1] <= sent[1] + 10, (sent, with_backlog)
+    assert with_backlog[0] <= sent[0] * 1.25, (sent, with_backlog)
+    with connection.cursor() as cursor:
+        plan = claim_plan(cursor)
+    assert "using queue_pending_client" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    print(f"pages a claim of 100: {sent} beside 100,000 sent rows, {with_backlog} beside held")
