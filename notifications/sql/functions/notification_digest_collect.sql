@@ -38,7 +38,8 @@ BEGIN
            AND (n.expires_at IS NULL OR n.expires_at > notifyqueue_now())
         RETURNING n.id
     )
-    SELECT (SELECT max(page.id) FROM page), (SELECT count(*) FROM ended_rows)
+    SELECT (SELECT page.id FROM page ORDER BY page.id DESC LIMIT 1),
+           (SELECT count(*) FROM ended_rows)
       INTO page_last, ended;
     RETURN QUERY SELECT true, page_last, ended;
 END $function$;
