@@ -18,20 +18,20 @@ NOTIFICATIONS = "/admin/notifications/notification/"
 
 
 @pytest.fixture
-def client():
-    from tests.integration.test_digests_delivery import EVENT
+def owner():
     from templates.services import template_put
+    from tests.integration.test_digests_delivery import EVENT
 
-    client = ClientFactory()
+    owner = ClientFactory()
     template_put(
-        client_id=client.id,
+        client_id=owner.id,
         event=EVENT,
         channel="email",
         subject="{who}",
         body="{digest_count}: {digest_items} ({post})",
         now=database_now(),
     )
-    return client
+    return owner
 
 
 def listed(response) -> set:
@@ -39,11 +39,11 @@ def listed(response) -> set:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_admin_lists_open_buckets_and_a_collected_notification_as_held(superuser, client):
+def test_the_admin_lists_open_buckets_and_a_collected_notification_as_held(superuser, owner):
     clock = DbClock(database_now() + timedelta(seconds=5))
-    create(client, "a", digest_key="soon", window=60)
-    held = create(client, "b", digest_key="soon", window=60)
-    create(client, "c", digest_key="later", window=3600)
+    create(owner, "a", digest_key="soon", window=60)
+    held = create(owner, "b", digest_key="soon", window=60)
+    create(owner, "c", digest_key="later", window=3600)
     clock.advance(61)
     closer().run_once()
     soon = NotificationDigest.objects.get(digest_key="soon")
@@ -57,19 +57,19 @@ def test_the_admin_lists_open_buckets_and_a_collected_notification_as_held(super
     assert listed(superuser.get(BUCKETS, {"q": "soon", "state": "CLOSED"})) == {soon.pk}
     detail = superuser.get(f"{BUCKETS}{later.pk}/change/")
     assert detail.status_code == 200 and "later" in detail.content.decode()
-    waiting = create(client, "d", digest_key="later", window=3600)
+    waiting = create(owner, "d", digest_key="later", window=3600)
     by_held = superuser.get(NOTIFICATIONS, {"held": "digest"})
-    assert listed(by_held) == {waiting.pk}
-    assert held.pk not in listed(by_held)  # DIGESTED now
+    assert listed(by_held) == {waiting.id}
+    assert held.id not in listed(by_held)  # DIGESTED now
 
 
 @pytest.mark.django_db(transaction=True)
-def test_metrics_count_collected_events_and_closed_digests(client):
+def test_metrics_count_collected_events_and_closed_digests(owner):
     clock = DbClock(database_now() + timedelta(seconds=5))
     before = scrape()
     for i in range(4):
-        create(client, f"k-{i}", window=60)
-    create(client, "alone", digest_key="alone", window=60)
+        create(owner, f"k-{i}", window=60)
+    create(owner, "alone", digest_key="alone", window=60)
     clock.advance(61)
     assert closer().run_once() == 2
     after = scrape()
