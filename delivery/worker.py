@@ -396,7 +396,8 @@ class Worker:
             and not self._finishes
             and not self._holds
         ):
-            if not self._reclaim():
+            # A digest's close under way (a large bucket takes several turns) ends first.
+            if not self._reclaim() and not self.digests.due:
                 return False
             self._dry = False
             return True

@@ -241,3 +241,29 @@ def test_the_database_clock_decides_the_window(templated):
     clock = DbClock(database_now() - timedelta(days=1))
     post(templated, DIGESTED, "a")
     assert NotificationDigest.objects.get().closes_at == clock.now + timedelta(seconds=600)
+
+
+def test_the_thin_path_and_the_drf_view_answer_a_digest_create_alike(templated):
+    from tests.integration.test_api_thin_path import post as post_by
+    from tests.integration.test_api_thin_path import same_answer
+
+    DbClock()
+    assert post_by(templated, URL, DIGESTED, key="open").status_code == 201
+    # A collected create, then its replay by either path; a refusal by either path.
+    held = post_by(templated, URL, DIGESTED, key="held")
+    assert held.json()["held_reason"] == "digest"
+    same_answer(
+        post_by(templated, URL, DIGESTED, key="held"),
+        post_by(templated, URL, DIGESTED, key="held", drf=True),
+    )
+    bad = {**DIGESTED, "digest_at": "09:00"}
+    same_answer(
+        post_by(templated, URL, bad, key="x"), post_by(templated, URL, bad, key="x", drf=True)
+    )
+    items = [{**DIGESTED, "idempotency_key": "held"}, {**DIGESTED, "idempotency_key": "b-2"}]
+    batch_url = f"{URL}/batch"
+    post_by(templated, batch_url, {"notifications": items})
+    same_answer(
+        post_by(templated, batch_url, {"notifications": items}),
+        post_by(templated, batch_url, {"notifications": items}, drf=True),
+    )
