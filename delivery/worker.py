@@ -404,6 +404,8 @@ class Worker:
         until = self._next_maintenance
         if self._dry and self._sends.free > 0:
             until = min(until, self._due_check_at)
+        if self.digests.due:  # a digest's close under way goes on at the next turn
+            until = 0.0
         self._wake.wait(max(0.0, until - time.monotonic()))
         return True
 

@@ -235,10 +235,11 @@ class _Closing:
 class DigestCloser:
     """Closes digest buckets whose window ended: a worker's upkeep (delivery/worker.py) calls
     `run_once` at each heartbeat, and at every turn of its loop while `due`. One bucket at a
-    time a worker: its rows judged `batch` a statement (`notification_digest_collect`), at most
-    `rows_per_turn` a call, then its digest created and the bucket CLOSED
-    (`notification_digest_finish`). The claim lasts `claim_s` from each statement; a worker
-    dead by its heartbeat (`dead_after_s`) loses it at once."""
+    time a worker: its rows judged `batch` a statement (`notification_digest_collect`), about
+    `rows_per_turn` rows (and at most 10 x rows_per_turn / batch statements) a call, then its
+    digest created and the bucket CLOSED (`notification_digest_finish`). The claim lasts
+    `claim_s` from each statement; a worker dead by its heartbeat (`dead_after_s`) loses it at
+    once."""
 
     def __init__(
         self,
@@ -296,7 +297,9 @@ class DigestCloser:
                 closed += self._finish(closing.bucket)
                 continue
             closing.after = step.last_id
-            budget -= self.batch
+            # Charged the rows it ended, and at least a tenth of a batch: at most
+            # 10 x rows_per_turn / batch statements a turn, however few rows each ends.
+            budget -= max(step.digested, self.batch // 10, 1)
         self.due = True
         return closed
 

@@ -66,6 +66,7 @@ from notifications.repositories import (
 from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
 from notifyqueue.vocabulary import MAX_BODY_BYTES
 from preferences.routing import RenderedContent
+from templates.models import SUBJECT_MAX_LENGTH
 from templates.services import UnknownTemplate
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
@@ -723,14 +724,24 @@ def _digest_item_render(
 ) -> RenderedContent:
     """A digest-keyed create's content: its template rendered as a digest of itself alone, so
     that the first of a window, which goes at once, reads as one: `{digest_count}` 1 and
-    `{digest_items}` its own line (`digest_item_line`). The client's payload may fill either
-    slot itself; the stored payload is the client's as sent."""
-    payload = {"digest_count": 1, "digest_items": "", **(request.payload or {})}
+    `{digest_items}` its own line (`digest_item_line`: its subject, or its body where it has
+    none). The client's payload may fill either slot itself; the stored payload is the
+    client's as sent. One rendering: the line's place is marked, and filled once it is known."""
+    payload = dict(request.payload or {})
+    if "digest_items" in payload:
+        payload.setdefault("digest_count", 1)
+        return renderer.render(client_id=client_id, request=replace(request, payload=payload))
+    mark = f"\ue000{uuid.uuid4().hex}\ue001"
+    payload = {"digest_count": 1, **payload, "digest_items": mark}
     alone = renderer.render(client_id=client_id, request=replace(request, payload=payload))
-    if "digest_items" not in (request.payload or {}):
-        payload["digest_items"] = digest_item_line(subject=alone.subject, body=alone.body)
-        alone = renderer.render(client_id=client_id, request=replace(request, payload=payload))
-    return alone
+    line = digest_item_line(
+        subject=alone.subject.replace(mark, ""), body=alone.body.replace(mark, "")
+    )
+    subject = alone.subject.replace(mark, line)
+    if len(subject) > SUBJECT_MAX_LENGTH:
+        message = f"The subject is at most {SUBJECT_MAX_LENGTH} characters after rendering."
+        raise InvalidRequest(f"payload: {message}", fields={"payload": [message]})
+    return replace(alone, subject=subject, body=alone.body.replace(mark, line))
 
 
 def _insert_digest(*, new: NewNotification, repository: NotificationStore) -> CreateResult:
