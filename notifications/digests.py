@@ -81,6 +81,7 @@ class DigestClaim:
 class CollectStep:
     held: bool
     last_id: uuid.UUID | None
+    scanned: int
     digested: int
 
 
@@ -292,7 +293,7 @@ class DigestCloser:
                 )
                 self._closing = None
                 continue
-            if step.last_id is None:
+            if step.scanned < self.batch:  # the bucket's last rows: nothing after them
                 self._closing = None
                 closed += self._finish(closing.bucket)
                 continue

@@ -9,7 +9,7 @@ SELECT id, client_id, digest_key, channel, recipient, user_id, template, closes_
   FROM notification_digests_claim(%(worker)s, %(limit)s, %(claim_s)s, %(dead_after_s)s);
 
 -- name: notification_digest_collect
-SELECT held, last_id, digested
+SELECT held, last_id, scanned, digested
   FROM notification_digest_collect(%(bucket)s, %(token)s, %(after)s, %(limit)s, %(claim_s)s);
 
 -- name: notification_digest_count

@@ -6,14 +6,16 @@
 -- takeover waits for the batch), and it extends the claim by p_claim_s. A row a cancel holds is
 -- waited for (a cancel's statement is short) and then judged as it is. Each batch is its own
 -- transaction, so a bucket of any size never holds more than p_limit rows locked at once.
--- Answers whether the claim held, the last id read (NULL: nothing left) and the rows ended.
+-- Answers whether the claim held, the last id read (NULL: nothing left), the rows read (fewer
+-- than p_limit: none left after them) and the rows ended.
 CREATE OR REPLACE FUNCTION notification_digest_collect(p_bucket uuid, p_token uuid, p_after uuid, p_limit integer, p_claim_s double precision)
- RETURNS TABLE(held boolean, last_id uuid, digested integer)
+ RETURNS TABLE(held boolean, last_id uuid, scanned integer, digested integer)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
     digest uuid;
     page_last uuid;
+    read integer;
     ended integer;
 BEGIN
     UPDATE notification_digest AS d
@@ -21,7 +23,7 @@ BEGIN
      WHERE d.id = p_bucket AND d.claim_token = p_token AND d.state = 'CLOSING'
     RETURNING d.digest_id INTO digest;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT false, NULL::uuid, 0;
+        RETURN QUERY SELECT false, NULL::uuid, 0, 0;
         RETURN;
     END IF;
     WITH page AS (
@@ -39,7 +41,7 @@ BEGIN
         RETURNING n.id
     )
     SELECT (SELECT page.id FROM page ORDER BY page.id DESC LIMIT 1),
-           (SELECT count(*) FROM ended_rows)
-      INTO page_last, ended;
-    RETURN QUERY SELECT true, page_last, ended;
+           (SELECT count(*) FROM page), (SELECT count(*) FROM ended_rows)
+      INTO page_last, read, ended;
+    RETURN QUERY SELECT true, page_last, read, ended;
 END $function$;
