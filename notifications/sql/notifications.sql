@@ -194,7 +194,7 @@ RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, 
           subject, body, priority, metadata, user_id, template, payload, fallback_channels,
           send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
           created_at, updated_at, last_retried_at, last_retried_by, expires_at,
-          cancellation_key;
+          cancellation_key, digest_bucket_id, digest_closes_at, digest_id;
 
 -- name: notifications_cancel_by_key
 -- One batch of a cancel by key (delivery/sql/functions/notifications_cancel_by_key.sql, the

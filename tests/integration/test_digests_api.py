@@ -267,3 +267,14 @@ def test_the_thin_path_and_the_drf_view_answer_a_digest_create_alike(templated):
         post_by(templated, batch_url, {"notifications": items}),
         post_by(templated, batch_url, {"notifications": items}, drf=True),
     )
+
+
+def test_a_collected_notification_cancelled_still_names_its_bucket(templated):
+    DbClock()
+    post(templated, DIGESTED, "open")
+    held = post(templated, DIGESTED, "held").json()
+    cancelled = templated.post(f"{URL}/{held['id']}/cancel")
+    assert cancelled.status_code == 200, cancelled.json()
+    body = cancelled.json()
+    assert (body["status"], body["held_reason"]) == ("CANCELLED", None)
+    assert body["digest_bucket"] == held["digest_bucket"]
