@@ -134,6 +134,7 @@ SECTIONS = (
     "receipts",
     "drain",
     "quiet",
+    "digests",
     "slow",
     "fairness",
     "aging",
@@ -1176,6 +1177,79 @@ def http_batch(
     return total / (time.monotonic() - started), sum(refused.values()), total
 
 
+# Recipients (and so buckets) the digests run's creates are spread over.
+DIGEST_BUCKETS = 200
+
+
+def api_put(config: Config, api_key: str, path: str, body: dict) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", config.port, timeout=60)
+    conn.request(
+        "PUT",
+        path,
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json", "Authorization": f"Api-Key {api_key}"},
+    )
+    answer = conn.getresponse()
+    answer.read()
+    if answer.status not in (200, 201):
+        raise SystemExit(f"PUT {path}: {answer.status}")
+
+
+def http_digests(
+    config: Config, api_key: str, prefix: str, *, opening: bool = False
+) -> tuple[float, int, int]:
+    """Digest creates from `connections` keep-alive connections for `seconds`, round the
+    DIGEST_BUCKETS recipients; returns (collected per second, other answers, collected). The
+    first create of each recipient opens its bucket (queued, not counted); `opening`: one
+    create per recipient, however long that takes."""
+    deadline = time.monotonic() + (3600 if opening else config.seconds)
+    collected, other = Counter(), Counter()
+    numbers = iter(range(1, DIGEST_BUCKETS + 1 if opening else 10**9))
+    lock = threading.Lock()
+
+    def loop(worker: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", config.port, timeout=120)
+        while time.monotonic() < deadline:
+            with lock:
+                n = next(numbers, None)
+            if n is None:
+                return
+            body = {
+                "channel": "email",
+                "recipient": f"d{n % DIGEST_BUCKETS}@example.com",
+                "template": "digest-bench",
+                "payload": {"who": f"user {n}"},
+                "digest_key": "thread",
+                "digest_window_seconds": 3600,
+            }
+            conn.request(
+                "POST",
+                "/api/v1/notifications",
+                json.dumps(body).encode(),
+                {
+                    "Content-Type": "application/json",
+                    "Authorization": f"Api-Key {api_key}",
+                    "Idempotency-Key": f"{prefix}-{n}",
+                },
+            )
+            answer = conn.getresponse()
+            data = answer.read()
+            if answer.status == 201:
+                if json.loads(data).get("held_reason") == "digest":
+                    collected[worker] += 1
+            else:
+                other[worker] += 1
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=loop, args=(w,)) for w in range(config.connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total = sum(collected.values())
+    return total / (time.monotonic() - started), sum(other.values()), total
+
+
 def http_receipts(config: Config, prefix: str, rows: int) -> tuple[float, int, int]:
     """Signed `delivered` receipts, each for another of the `rows` sent messages
     `rcpt-<prefix>-<n>`, from `connections` keep-alive connections for `seconds` (or until
@@ -1594,6 +1668,10 @@ class Bench:
                     for r in range(c.repeats):
                         self.ingest_single(r, throttle=True)
             self.rows.delete_except(())
+        if "digests" in c.sections:
+            with Api(c, self.server, self.api_key, NOTIFYQUEUE_API_RATE_LIMIT="0") as self.api:
+                for r in range(c.repeats):
+                    self.digests(r)
         if "receipts" in c.sections:
             with Api(
                 c,
@@ -1716,6 +1794,88 @@ class Bench:
                 "(SELECT id FROM notification WHERE idempotency_key LIKE %s)",
                 [f"{prefix}-%"],
             )
+        self.rows.delete_except(())
+
+    def digests(self, r: int) -> None:
+        """Digest creates over HTTP from `connections` keep-alive connections, each create for
+        one of DIGEST_BUCKETS recipients with the same digest key and an hour's window: the
+        first of each recipient opens its bucket and is queued, the rest are collected (the
+        events-collected rate, beside the plain single create). Then every bucket's window is
+        made to end at once and 1 worker closes them all, each into one digest it then sends
+        (the digests-closed rate, beside the plain drain of 1 worker)."""
+        c = self.config
+        collect = self.figure(
+            "digest-collect",
+            f"digest create, {c.connections} connections, {DIGEST_BUCKETS:,} open buckets",
+            "events collected/s",
+            versus="single",
+            note="a create with a digest_key and digest_window_seconds whose bucket is open: "
+            "it waits in the bucket instead of the queue; the ratio column compares with the "
+            "plain single create",
+        )
+        close = self.figure(
+            "digest-close",
+            f"close of {DIGEST_BUCKETS:,} buckets together, 1 worker process (concurrency "
+            f"{c.worker_concurrency}), simulated provider",
+            "digests closed/s",
+            versus="drain-1",
+            note="each bucket's events marked DIGESTED and one digest rendered and created; "
+            "counted until every bucket is closed; the ratio column compares digests closed "
+            "with notifications drained by the plain drain of 1 worker",
+        )
+        prefix = f"D{r}-{uuid.uuid4().hex[:6]}"
+        api_put(
+            c,
+            self.api_key,
+            "/api/v1/templates/digest-bench/email",
+            {"subject": "{who} commented", "body": "{digest_count} new:\n{digest_items}"},
+        )
+        self.rows.delete_except(())
+        with self.server.connect(DATABASES["ours"]) as conn:
+            conn.execute("DELETE FROM notification_digest")
+        # Every bucket opened first (untimed): the timed creates are all collected.
+        http_digests(c, self.api_key, f"{prefix}-open", opening=True)
+        self.server.checkpoint()
+        rate, other, total = http_digests(c, self.api_key, prefix)
+        collect.ours.append(rate)
+        if other:
+            collect.note += f"; {other} answers were not 201"
+        log(f"{collect.name}: {rate:,.0f}/s ({total:,} events)")
+        with self.server.connect(DATABASES["ours"]) as conn:
+            (buckets, collected) = conn.execute(
+                "SELECT count(*), sum(collected) FROM notification_digest WHERE state = 'OPEN'"
+            ).fetchone()
+            conn.execute(
+                "UPDATE notification_digest SET closes_at = notifyqueue_now() WHERE state = 'OPEN'"
+            )
+            vacuum_analyze(conn)
+            conn.execute("VACUUM ANALYZE notification_digest")
+        processes = workers_start(c, self.server, 1, until_empty=False)
+        started = None
+        deadline = time.monotonic() + 900
+        with self.server.connect(DATABASES["ours"]) as conn:
+            while time.monotonic() < deadline:
+                (left,) = conn.execute(
+                    "SELECT count(*) FROM notification_digest WHERE state <> 'CLOSED'"
+                ).fetchone()
+                if started is None and left < buckets:
+                    started = time.monotonic()
+                if not left:
+                    break
+                time.sleep(0.05)
+            took = time.monotonic() - (started or time.monotonic())
+            (carried,) = conn.execute(
+                "SELECT count(*) FROM notification WHERE status = 'DIGESTED'"
+            ).fetchone()
+        processes_stop(processes)
+        closed_rate = buckets / took if took else 0.0
+        close.ours.append(closed_rate)
+        log(
+            f"{close.name}: {closed_rate:,.0f}/s ({buckets:,} digests carrying {carried:,} "
+            f"events, {carried / took if took else 0:,.0f} events/s)"
+        )
+        if carried != collected:
+            self.problems.append(f"digests run {r}: {collected} collected, {carried} DIGESTED")
         self.rows.delete_except(())
 
     def ingest_backlog(self) -> None:

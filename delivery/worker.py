@@ -69,6 +69,7 @@ from delivery.upkeep import (
 )
 from delivery.wakeup import WakeupListener
 from monitoring.metrics import DELIVERY as metrics
+from notifications.digests import DigestCloser
 from notifyqueue.outage import OutageLog
 from preferences.routing import PreferenceRouter
 from ratelimits.repositories import RateLimitRepository
@@ -175,6 +176,12 @@ class Worker:
         )
         self.expiry = ExpiryFinisher(
             repository=self.repository, worker_id=self.worker_id, batch=config.expire_batch
+        )
+        # Digest buckets whose window ended (notifications/digests.py).
+        self.digests = DigestCloser(
+            worker_id=self.worker_id,
+            claim_s=config.claim_timeout_s,
+            dead_after_s=config.dead_after_s,
         )
         self.window_pruner = (
             WindowPruner(
@@ -400,13 +407,16 @@ class Worker:
             and not self._finishes
             and not self._holds
         ):
-            if not self._reclaim():
+            # A digest's close under way (a large bucket takes several turns) ends first.
+            if not self._reclaim() and not self.digests.due:
                 return False
             self._dry = False
             return True
         until = self._next_maintenance
         if self._dry and self._sends.free > 0:
             until = min(until, self._due_check_at)
+        if self.digests.due:  # a digest's close under way goes on at the next turn
+            until = 0.0
         self._wake.wait(max(0.0, until - time.monotonic()))
         return True
 
@@ -436,9 +446,13 @@ class Worker:
             if self._reclaim():
                 self._dry = False
             self.expiry.run_once()
+            self._close_digests()
             self._next_maintenance = now + self.config.heartbeat_s
-        elif self.expiry.due:
-            self.expiry.run_once()
+        else:
+            if self.expiry.due:
+                self.expiry.run_once()
+            if self.digests.due:
+                self._close_digests()
         if self.window_pruner and self.window_pruner.due:
             self.window_pruner.run_once()
         if now >= self._next_statistics_check:
@@ -450,6 +464,11 @@ class Worker:
         if now >= self._next_receipt_upkeep:
             self.receipt_upkeep.run_once()
             self._next_receipt_upkeep = now + RECEIPT_UPKEEP_S
+
+    def _close_digests(self) -> None:
+        """The digest close's turn; a digest created is due now, so the next claim looks."""
+        if self.digests.run_once():
+            self._dry = False
 
     def _waiting_mark(self) -> None:
         """Asks the creates for wake-ups before the worker first sleeps: a create notifies

@@ -46,7 +46,8 @@ class QueueCollector:
         yield depth
         estimated = GaugeMetricFamily(
             "notifyqueue_notifications_estimated",
-            "Rows in the final statuses SENT, CANCELLED, SUPPRESSED and EXPIRED, estimated from "
+            "Rows in the final statuses SENT, CANCELLED, SUPPRESSED, EXPIRED and DIGESTED, "
+            "estimated from "
             "planner statistics (no count is run).",
             labels=["status"],
         )

@@ -110,7 +110,7 @@ class QueueSnapshot(Liveness):
 
     # (status, priority name) -> rows, for PENDING, PROCESSING, FAILED and DEAD_LETTERED.
     depth: dict[tuple[str, str], int] = field(default_factory=dict)
-    # SENT, CANCELLED, SUPPRESSED, EXPIRED -> estimated rows (planner statistics).
+    # SENT, CANCELLED, SUPPRESSED, EXPIRED, DIGESTED -> estimated rows (planner statistics).
     final_estimates: dict[str, int] = field(default_factory=dict)
     webhook_backlog: dict[str, int] = field(default_factory=dict)
     webhook_oldest_overdue_s: float = 0.0

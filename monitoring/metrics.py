@@ -22,7 +22,7 @@ from prometheus_client import Counter, Histogram
 
 from notifyqueue.vocabulary import Channel
 
-FINAL_STATUSES = ("SENT", "FAILED", "DEAD_LETTERED", "SUPPRESSED", "EXPIRED")
+FINAL_STATUSES = ("SENT", "FAILED", "DEAD_LETTERED", "SUPPRESSED", "EXPIRED", "DIGESTED")
 
 NOTIFICATIONS_CREATED = Counter(
     "notifyqueue_notifications_created",
@@ -38,6 +38,17 @@ NOTIFICATIONS_CANCELLED = Counter(
     "notifyqueue_notifications_cancelled",
     "Notifications the API cancelled, one by id or a group by cancellation key.",
     ["how"],
+)
+DIGEST_EVENTS_COLLECTED = Counter(
+    "notifyqueue_digest_events_collected",
+    "Notifications a create collected into an open digest bucket instead of queueing them.",
+    ["channel"],
+)
+DIGESTS_CLOSED = Counter(
+    "notifyqueue_digests_closed",
+    "Digest buckets a worker closed: `outcome` sent (a digest created) or empty (every "
+    "collected notification was cancelled or expired first).",
+    ["channel", "outcome"],
 )
 NOTIFICATIONS_RETRIED = Counter(
     "notifyqueue_notifications_retried",
@@ -125,6 +136,17 @@ def notifications_expired(*, channel: str, count: int = 1) -> None:
     """Waiting notifications the worker's upkeep ended EXPIRED (the claims its expiry stage
     ends are counted with the other finishes)."""
     NOTIFICATIONS_FINISHED.labels(channel=channel, status="EXPIRED").inc(count)
+
+
+def digest_events_collected(*, channel: str, count: int = 1) -> None:
+    DIGEST_EVENTS_COLLECTED.labels(channel=channel).inc(count)
+
+
+def digest_closed(*, channel: str, digested: int) -> None:
+    """A bucket closed: its rows ended DIGESTED (counted as finishes) and its digest, if any."""
+    DIGESTS_CLOSED.labels(channel=channel, outcome="sent" if digested else "empty").inc()
+    if digested:
+        NOTIFICATIONS_FINISHED.labels(channel=channel, status="DIGESTED").inc(digested)
 
 
 def notification_retried(*, channel: str) -> None:

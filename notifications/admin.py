@@ -28,8 +28,10 @@ from monitoring.paginators import EstimatedCountPaginator
 from notifications import retries, services
 from notifications.models import (
     QUEUED_STATUSES,
+    DigestState,
     HeldReason,
     Notification,
+    NotificationDigest,
     Status,
     held_reason_of,
     recipient_is,
@@ -80,6 +82,7 @@ class HeldFilter(admin.SimpleListFilter):
         HeldReason.RATE_LIMIT: "rate_deferred_from",
         HeldReason.CIRCUIT_OPEN: "circuit_held_since",
         HeldReason.QUIET_HOURS: "quiet_held_since",
+        HeldReason.DIGEST: "digest_bucket_id",
     }
 
     def lookups(self, request, model_admin):
@@ -236,11 +239,15 @@ class NotificationAdmin(ReadOnlyAdmin):
             rate_deferred_from=obj.rate_deferred_from,
             circuit_held_since=obj.circuit_held_since,
             quiet_held_since=obj.quiet_held_since,
+            digest_bucket_id=obj.digest_bucket_id,
         )
 
     @admin.display(description="held until")
     def held_until(self, obj: Notification):
-        return obj.due_at if self.held_reason(obj) is not None else None
+        reason = self.held_reason(obj)
+        if reason == HeldReason.DIGEST:
+            return obj.digest_closes_at
+        return obj.due_at if reason is not None else None
 
     @admin.display(description="held")
     def held(self, obj: Notification) -> str:
@@ -389,3 +396,57 @@ class NotificationAdmin(ReadOnlyAdmin):
             text += f" Not changed: {why} ({rule})."
         level = messages.SUCCESS if changed and not refused else messages.WARNING
         self.message_user(request, text, level)
+
+
+class DigestStateFilter(admin.SimpleListFilter):
+    """Open buckets (collecting, or being closed) by default: the list an operator wants; the
+    closed ones are history."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [("open", "Not closed"), *DigestState.choices]
+
+    def queryset(self, request, queryset):
+        value = self.value() or "open"
+        if value == "open":
+            return queryset.filter(state__in=[DigestState.OPEN, DigestState.CLOSING])
+        return queryset.filter(state=value)
+
+    def choices(self, changelist):
+        value = self.value() or "open"
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": value == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+
+@admin.register(NotificationDigest)
+class NotificationDigestAdmin(ReadOnlyAdmin):
+    """The digest buckets: which are collecting, how many each holds and when each closes;
+    a closed one names its digest. Read-only: a bucket changes only through the creates that
+    join it and the worker's close."""
+
+    list_display = (
+        "digest_key",
+        "client",
+        "channel",
+        "recipient",
+        "user_id",
+        "state",
+        "collected",
+        "opened_at",
+        "closes_at",
+        "claimed_by",
+        "digest_id",
+        "digested",
+    )
+    list_filter = (DigestStateFilter, "channel")
+    list_select_related = ("client",)
+    search_fields = ("=digest_key",)
+    ordering = ("closes_at",)
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator

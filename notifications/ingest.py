@@ -118,6 +118,8 @@ def notification_representation(
         "cancellation_key": record.cancellation_key,
         "held_until": when(record.held_until),
         "held_reason": record.held_reason,
+        "digest_bucket": None if record.digest_bucket_id is None else str(record.digest_bucket_id),
+        "digest_id": None if record.digest_id is None else str(record.digest_id),
         "receipt": record.receipt,
     }
 

@@ -78,6 +78,8 @@ class Status(models.TextChoices):
     SUPPRESSED = "SUPPRESSED"
     # Not sent by its `expires_at`: final, never sent afterwards.
     EXPIRED = "EXPIRED"
+    # Collected into a digest (`digest_id` names the notification that carried it): final.
+    DIGESTED = "DIGESTED"
 
 
 class HeldReason(models.TextChoices):
@@ -87,6 +89,7 @@ class HeldReason(models.TextChoices):
     RATE_LIMIT = "rate_limit"  # its recipient's rate limit deferred it to a free slot
     CIRCUIT_OPEN = "circuit_open"  # its provider's circuit was open: the provider's probe time
     QUIET_HOURS = "quiet_hours"  # its user's quiet hours: the window's end, in the user's time
+    DIGEST = "digest"  # collected into a digest bucket: the bucket's close time
 
 
 def held_reason_of(
@@ -95,12 +98,17 @@ def held_reason_of(
     rate_deferred_from: object | None,
     circuit_held_since: object | None,
     quiet_held_since: object | None = None,
+    digest_bucket_id: object | None = None,
 ) -> str | None:
-    """Why a row waits past its own time: only a PENDING row is held, by a rate-limit deferral
-    (rate_deferred_from set), its provider's open circuit (circuit_held_since set) or its
-    user's quiet hours (quiet_held_since set). Each hold clears the others' marks."""
+    """Why a row waits past its own time: only a PENDING row is held, by a digest bucket
+    that collected it (digest_bucket_id set: it waits for the bucket's close and is never
+    claimed itself), a rate-limit deferral (rate_deferred_from set), its provider's open
+    circuit (circuit_held_since set) or its user's quiet hours (quiet_held_since set). Each
+    hold clears the others' marks."""
     if status != Status.PENDING:
         return None
+    if digest_bucket_id is not None:
+        return HeldReason.DIGEST.value
     if rate_deferred_from is not None:
         return HeldReason.RATE_LIMIT.value
     if circuit_held_since is not None:
@@ -118,6 +126,7 @@ FINAL_STATUSES = frozenset(
         Status.CANCELLED,
         Status.SUPPRESSED,
         Status.EXPIRED,
+        Status.DIGESTED,
     }
 )
 
@@ -198,6 +207,14 @@ class Notification(models.Model):
     # The client's key for cancelling a group of notifications at once (POST
     # /notifications/cancel); found through the queue's `queue_cancellable`.
     cancellation_key = models.CharField(max_length=255, null=True, blank=True)
+    # Set when a create collected the row into a digest bucket (NotificationDigest) instead of
+    # queueing it: the bucket, and its close time (the row's `held_until`). Both never change
+    # after the insert. Such a row waits PENDING at DIGEST_HELD_DUE_AT, never claimed itself,
+    # until the bucket's close ends it DIGESTED (or a cancel or its expiry ends it first).
+    digest_bucket_id = models.UUIDField(null=True, blank=True)
+    digest_closes_at = models.DateTimeField(null=True, blank=True)
+    # A DIGESTED row's digest: the notification that carried it.
+    digest_id = models.UUIDField(null=True, blank=True)
 
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -293,6 +310,14 @@ class Notification(models.Model):
                 fields=["cancellation_key"],
                 name="notification_cancellation_key",
                 condition=Q(cancellation_key__isnull=False),
+            ),
+            # A digest bucket's rows in id order: what the close walks, a bounded batch at a
+            # time (`notification_digest_collect`). Only collected rows have an entry, and
+            # neither column ever changes, so no claim or finish writes here.
+            models.Index(
+                fields=["digest_bucket_id", "id"],
+                name="notification_digest_items",
+                condition=Q(digest_bucket_id__isnull=False),
             ),
             # The admin's search by idempotency key across every client (the unique index
             # leads with client_id, so it cannot serve a search without one).
@@ -429,3 +454,95 @@ class NotificationQueue(models.Model):
 
     def __str__(self) -> str:
         return f"{self.notification_id} [{self.status}]"
+
+
+# The due time of a row a digest bucket collected: it waits for the bucket's close, which ends
+# it DIGESTED, and no claim ever reaches it (every claim takes rows due by now). A finite time,
+# so that every reader of `due_at` can hold it (Python's datetime ends in year 9999).
+DIGEST_HELD_DUE_AT = "9999-01-01T00:00:00+00:00"
+
+
+class DigestState(models.TextChoices):
+    # Collecting: creates with its identity inside its window join it.
+    OPEN = "OPEN"
+    # Closed to creates (its window ended): a worker's close marks its rows DIGESTED in
+    # batches and then creates the digest, under a claim (token, worker, expiry) that another
+    # worker takes over once it expires or its worker is dead. A bucket sealed by a create that
+    # came after its window has no claim yet.
+    CLOSING = "CLOSING"
+    # Its digest exists (digest_id), or nothing was left to carry (digest_id NULL).
+    CLOSED = "CLOSED"
+
+
+class NotificationDigest(models.Model):
+    """A digest bucket: the notifications of one client, channel, recipient (the user, in
+    preference mode) and digest key created inside one window, collected at create instead of
+    each being queued, and sent as one notification when the window closes.
+
+    Invariants (docs/technical-design.md, "Digests"): at most one OPEN bucket per identity
+    (`notification_digest_open`, unique), and a create joins only an OPEN bucket whose window
+    has not ended, under the bucket's row lock; the close takes that lock first
+    (`notification_digests_claim`, SKIP LOCKED), so a bucket's rows are fixed once it is
+    CLOSING; `digest_id` is chosen by the first claim and kept by every takeover, so each row
+    ends DIGESTED naming one digest, whichever worker marked it; a CLOSING bucket's writes are
+    guarded by its claim token."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    client = models.ForeignKey(
+        "clients.Client", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    # md5 of (client, channel, user or recipient, digest key): the identity's one key.
+    identity = models.UUIDField()
+    digest_key = models.CharField(max_length=255)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    recipient = models.CharField(max_length=RECIPIENT_MAX_LENGTH)
+    user_id = models.CharField(max_length=255, null=True, blank=True)
+    # The event whose (event, channel) template renders the digest.
+    template = models.CharField(max_length=255)
+    # The notification that opened the window (it went at once).
+    opened_by = models.UUIDField()
+    opened_at = models.DateTimeField()
+    closes_at = models.DateTimeField()
+    # Rows collected (counted at each create that joined).
+    collected = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=DigestState.choices, default=DigestState.OPEN)
+    # The notification that carries the bucket: chosen by the first claim, kept by every later
+    # one; the digest is created with this id (idempotency key `digest:<bucket id>`).
+    digest_id = models.UUIDField(null=True, blank=True)
+    # The rows the digest carries (those DIGESTED), once CLOSED.
+    digested = models.PositiveIntegerField(null=True, blank=True)
+    claim_token = models.UUIDField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, null=True, blank=True)
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "notification_digest"
+        verbose_name = "digest bucket"
+        constraints = [
+            # One collecting bucket per identity; a create locks it to join it.
+            models.UniqueConstraint(
+                fields=["identity"],
+                name="notification_digest_open",
+                condition=Q(state=DigestState.OPEN),
+            ),
+        ]
+        indexes = [
+            # The open buckets by close time: what the close claims once due.
+            models.Index(
+                fields=["closes_at"],
+                name="notification_digest_due",
+                condition=Q(state=DigestState.OPEN),
+            ),
+            # Buckets being closed: a claim past its expiry, or a dead worker's, is taken over.
+            models.Index(
+                fields=["claim_expires_at"],
+                name="notification_digest_closing",
+                condition=Q(state=DigestState.CLOSING),
+            ),
+            # The admin's list of one client's buckets, newest first.
+            models.Index(fields=["client", "-opened_at"], name="notification_digest_client"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.digest_key} {self.channel}:{self.recipient} [{self.state}]"

@@ -45,6 +45,7 @@ from django.db.models.expressions import RawSQL
 from notifications.combiner import CreateCombiner
 from notifications.models import (
     QUEUED_STATUSES,
+    HeldReason,
     Notification,
     Priority,
     Status,
@@ -108,6 +109,10 @@ class NotificationRecord:
     quiet_held_since: datetime | None = None
     # The provider's latest delivery receipt (read, like the holds, only by the API's reads).
     receipt: str | None = None
+    # The digest bucket that collected the row and its close time; a DIGESTED row's digest.
+    digest_bucket_id: uuid.UUID | None = None
+    digest_closes_at: datetime | None = None
+    digest_id: uuid.UUID | None = None
 
     def __post_init__(self) -> None:
         # The column is a smallint; the record carries the Priority it stands for.
@@ -122,18 +127,30 @@ class NotificationRecord:
             rate_deferred_from=self.rate_deferred_from,
             circuit_held_since=self.circuit_held_since,
             quiet_held_since=self.quiet_held_since,
+            digest_bucket_id=self.digest_bucket_id,
         )
 
     @property
     def held_until(self) -> datetime | None:
-        """When a held row is next due (the rate-limit slot, the circuit's probe time, or the
-        end of the user's quiet hours)."""
-        return self.due_at if self.held_reason is not None else None
+        """When a held row is next due (the rate-limit slot, the circuit's probe time, the
+        end of the user's quiet hours, or its digest bucket's close)."""
+        reason = self.held_reason
+        if reason == HeldReason.DIGEST:
+            return self.digest_closes_at
+        return self.due_at if reason is not None else None
 
 
 # The columns only the API's reads of a row select: what holds it back (`held_reason`) and
 # its latest delivery receipt.
-HOLD_FIELDS = ("rate_deferred_from", "circuit_held_since", "quiet_held_since", "receipt")
+HOLD_FIELDS = (
+    "rate_deferred_from",
+    "circuit_held_since",
+    "quiet_held_since",
+    "receipt",
+    "digest_bucket_id",
+    "digest_closes_at",
+    "digest_id",
+)
 # The record's columns as the create statements answer them, in order.
 RECORD_FIELDS = tuple(f.name for f in fields(NotificationRecord) if f.name not in HOLD_FIELDS)
 
@@ -175,6 +192,10 @@ class NewNotification:
     expires_at: datetime | None = None
     ttl_seconds: int | None = None
     cancellation_key: str | None = None
+    # A digest create (`NotificationRepository.insert_digest`): its key and window.
+    digest_key: str | None = None
+    digest_window_seconds: int | None = None
+    digest_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +204,12 @@ class Inserted:
 
     record: NotificationRecord
     created: bool
+
+
+@dataclass(frozen=True)
+class _DigestCreated:
+    created: bool
+    notification_id: uuid.UUID
 
 
 @dataclass(frozen=True)
@@ -545,6 +572,29 @@ class NotificationRepository:
         if missing:
             raise RuntimeError(f"{len(missing)} idempotency keys neither inserted nor found")
         return [by_key[key] for key in sent]
+
+    def insert_digest(self, *, new: NewNotification) -> Inserted:
+        """A create with a digest key (`notification_digest_create`): the first of its window
+        inserted due now (opening the window's bucket), a later one collected into the open
+        bucket; or, for a key the client already used, the row holding it (`created` False).
+        One statement, its own transaction unless the caller's is open."""
+        params = create_params(new)
+        params.update(
+            digest_key=new.digest_key,
+            digest_window_seconds=new.digest_window_seconds,
+            digest_at=new.digest_at,
+        )
+        for _ in range(CREATE_ATTEMPTS):
+            try:
+                answer = QUERIES.row("notification_digest_create", row=_DigestCreated, **params)
+            except IntegrityError as exc:
+                raise InvalidRequest(f"The notification breaks a table rule: {exc}") from exc
+            if answer is None:
+                continue
+            record = self.get(notification_id=answer.notification_id, client_id=new.client_id)
+            if record is not None:
+                return Inserted(record=record, created=answer.created)
+        raise RuntimeError(f"idempotency key {new.idempotency_key!r}: neither inserted nor found")
 
     def get(
         self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None

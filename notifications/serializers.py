@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -54,6 +55,9 @@ TTL_SECONDS_MAX = 366 * 24 * 3600
 # An expires_at may lie up to a year past the latest send time (10 years ahead): as far as a
 # send_at plus the longest time to live, and far enough from year 9999 that no date overflows.
 EXPIRES_AT_MAX_AHEAD_S = DELAY_SECONDS_MAX + TTL_SECONDS_MAX
+# A digest's window: at most a week (a daily digest is `digest_at`).
+DIGEST_WINDOW_SECONDS_MAX = 7 * 24 * 3600
+DIGEST_AT = re.compile(r"(?:[01][0-9]|2[0-3]):[0-5][0-9]")
 METADATA_MAX_BYTES = 16 * 1024
 PAYLOAD_MAX_BYTES = 64 * 1024
 JSON_FIELD_MAX_DEPTH = 8
@@ -239,6 +243,12 @@ def validate_idempotency_key(value: str) -> str:
     return value
 
 
+def validate_digest_at(value: str) -> str:
+    if DIGEST_AT.fullmatch(value) is None:
+        raise serializers.ValidationError("A time of day as HH:MM, from 00:00 to 23:59.")
+    return value
+
+
 class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     channel = CaseInsensitiveChoiceField(choices=Channel.values, required=False)
     recipient = TextField(
@@ -329,6 +339,35 @@ class NotificationCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
         "carries it and whose send has not started.",
     )
 
+    digest_key = TextField(
+        required=False,
+        trim_whitespace=False,
+        error_messages={"blank": idempotency_key_problem("")},
+        validators=[validate_idempotency_key],
+        help_text="1-255 printable ASCII characters, your own; with a template, and with "
+        "digest_window_seconds or digest_at. Your notifications with the same channel, "
+        "recipient (the user, in preference mode) and digest key inside one window become one "
+        "notification: the first of a window goes at once, the others wait (PENDING, "
+        "`held_reason` `digest`) and end DIGESTED, carried by the digest the window's close "
+        "creates from the (event, channel) template, whose `{digest_count}` and "
+        "`{digest_items}` slots it fills. Not with send_at or delay_seconds.",
+    )
+    digest_window_seconds = StrictIntegerField(
+        required=False,
+        min_value=1,
+        max_value=DIGEST_WINDOW_SECONDS_MAX,
+        help_text=f"1 to {DIGEST_WINDOW_SECONDS_MAX} (7 days): the window opened by the first "
+        "notification with this digest key lasts this long. Not with digest_at.",
+    )
+    digest_at = TextField(
+        required=False,
+        trim_whitespace=False,
+        validators=[validate_digest_at],
+        help_text="HH:MM (00:00 to 23:59): the window opened by the first notification with "
+        "this digest key closes at the next such time of day in the user's time zone (UTC for "
+        "a direct recipient). Not with digest_window_seconds.",
+    )
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
         errors = create_rules_broken(attrs)
@@ -353,6 +392,7 @@ def create_rules_broken(attrs: dict[str, Any]) -> dict[str, list[str]]:
         errors["ttl_seconds"] = ["Give expires_at or ttl_seconds, not both."]
     elif "expires_at" in attrs and "send_at" in attrs and attrs["expires_at"] <= attrs["send_at"]:
         errors["expires_at"] = ["Must be later than send_at."]
+    _digest_rules_broken(attrs, errors)
     if "template" in attrs:
         for name in ("subject", "body"):
             if name in attrs:
@@ -390,6 +430,26 @@ def create_rules_broken(attrs: dict[str, Any]) -> dict[str, list[str]]:
     return errors
 
 
+def _digest_rules_broken(attrs: dict[str, Any], errors: dict[str, list[str]]) -> None:
+    """A digest key needs a template and one way of closing its window, and no send time."""
+    window = "digest_window_seconds" in attrs
+    at = "digest_at" in attrs
+    if "digest_key" not in attrs:
+        for name in ("digest_window_seconds", "digest_at"):
+            if name in attrs:
+                errors[name] = ["Only with a digest_key."]
+        return
+    if window and at:
+        errors["digest_at"] = ["Give digest_window_seconds or digest_at, not both."]
+    elif not window and not at:
+        errors["digest_key"] = ["A digest key needs digest_window_seconds or digest_at."]
+    if "template" not in attrs:
+        errors["digest_key"] = ["A digest is rendered from a template: give template and payload."]
+    for name in ("send_at", "delay_seconds"):
+        if name in attrs:
+            errors[name] = ["A digest's first notification goes at once: not with a digest_key."]
+
+
 def notification_request(data: dict[str, Any]) -> NotificationRequest:
     """The service input for validated create data (`NotificationCreateInput`)."""
     return NotificationRequest(
@@ -407,6 +467,9 @@ def notification_request(data: dict[str, Any]) -> NotificationRequest:
         expires_at=data.get("expires_at"),
         ttl_seconds=data.get("ttl_seconds"),
         cancellation_key=data.get("cancellation_key"),
+        digest_key=data.get("digest_key"),
+        digest_window_seconds=data.get("digest_window_seconds"),
+        digest_at=data.get("digest_at"),
     )
 
 
@@ -524,7 +587,8 @@ class NotificationOutput(serializers.Serializer):
         help_text=(
             "A PENDING notification held back: when it is next due (its recipient's next free "
             "rate-limit slot, its provider's probe time while the provider's circuit is open, "
-            "or the end of its user's quiet hours in the user's time zone). Null otherwise."
+            "the end of its user's quiet hours in the user's time zone, or its digest "
+            "bucket's close). Null otherwise."
         ),
     )
     held_reason = serializers.ChoiceField(
@@ -536,8 +600,21 @@ class NotificationOutput(serializers.Serializer):
             "NOTIFYQUEUE_CIRCUIT_MAX_HOLD_SECONDS, after which it is DEAD_LETTERED) or "
             "`quiet_hours` (it fell due inside one of its user's quiet-hours windows; no "
             "attempt is used; it goes at the window's end, and a change of the user's time "
-            "zone or windows applies at once). Null when not held."
+            "zone or windows applies at once) or `digest` (a digest bucket collected it; it "
+            "ends DIGESTED when the bucket closes at held_until, or CANCELLED or EXPIRED "
+            "before). Null when not held."
         ),
+    )
+    digest_bucket = serializers.UUIDField(
+        source="digest_bucket_id",
+        allow_null=True,
+        help_text="The digest bucket that collected it (created with a digest_key, not the "
+        "first of its window). Null otherwise.",
+    )
+    digest_id = serializers.UUIDField(
+        allow_null=True,
+        help_text="A DIGESTED notification's digest: the notification that carried it. Null "
+        "otherwise.",
     )
     receipt = serializers.ChoiceField(
         choices=RECEIPT_TYPES,

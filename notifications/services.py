@@ -38,7 +38,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -46,6 +46,7 @@ from django.conf import settings
 from rest_framework import status as http
 
 from monitoring import metrics
+from notifications.digests import digest_item_line
 from notifications.models import Priority
 from notifications.repositories import (
     CANCEL_BATCH,
@@ -65,6 +66,7 @@ from notifications.repositories import (
 from notifyqueue.errors import Conflict, DomainError, InvalidRequest, NotFound
 from notifyqueue.vocabulary import MAX_BODY_BYTES
 from preferences.routing import RenderedContent
+from templates.models import SUBJECT_MAX_LENGTH
 from templates.services import UnknownTemplate
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
@@ -127,6 +129,11 @@ class NotificationRequest:
     expires_at: datetime | None = None
     ttl_seconds: int | None = None
     cancellation_key: str | None = None
+    # Collect into a digest (notifications/digests.py): the key, and the window's length or
+    # the local time of day it closes at.
+    digest_key: str | None = None
+    digest_window_seconds: int | None = None
+    digest_at: str | None = None
 
 
 class ExpiresBeforeSend(InvalidRequest):
@@ -195,6 +202,8 @@ class NotificationStore(Protocol):
     def insert_many(
         self, *, client_id: uuid.UUID, new: Sequence[NewNotification]
     ) -> list[Inserted]: ...
+
+    def insert_digest(self, *, new: NewNotification) -> Inserted: ...
 
     def get(
         self, *, notification_id: uuid.UUID, client_id: uuid.UUID | None
@@ -309,6 +318,10 @@ def notification_request_fingerprint(request: NotificationRequest) -> str:
         canonical["ttl_seconds"] = request.ttl_seconds
     if request.cancellation_key is not None:
         canonical["cancellation_key"] = request.cancellation_key
+    if request.digest_key is not None:
+        canonical["digest_key"] = request.digest_key
+        canonical["digest_window_seconds"] = request.digest_window_seconds
+        canonical["digest_at"] = request.digest_at
     return hashlib.sha256(_CANONICAL_JSON.encode(canonical).encode()).hexdigest()
 
 
@@ -425,7 +438,12 @@ def notification_create(
         if result is None:
             raise
         return result
-    if unconfirmed_key is None:
+    if new.digest_key is not None:
+        # The digest create checks no API key itself: the key is looked up first.
+        if unconfirmed_key is not None:
+            unconfirmed_key.confirm()
+        result = _insert_digest(new=new, repository=repository)
+    elif unconfirmed_key is None:
         result = _insert(new=new, repository=repository)
     else:
         result = _insert_key_checked(new=new, repository=repository, key=unconfirmed_key)
@@ -495,13 +513,15 @@ def notification_batch_create(
             )
             continue
         to_insert[item.idempotency_key] = (index, new)
-    inserted = repository.insert_many(
-        client_id=client_id, new=[new for _, new in to_insert.values()]
-    )
+    # Items with a digest key are each one statement (`insert_digest`), the others one for all.
+    plain = [(index, new) for index, new in to_insert.values() if new.digest_key is None]
+    digests = [(index, new) for index, new in to_insert.values() if new.digest_key is not None]
+    inserted = repository.insert_many(client_id=client_id, new=[new for _, new in plain])
+    inserted += [repository.insert_digest(new=new) for _, new in digests]
     holders: dict[str, NotificationRecord] = {}
     # Counted per channel, one update of each series a batch (each takes a lock).
     created_by_channel: Counter[str] = Counter()
-    for (index, new), result in zip(to_insert.values(), inserted, strict=True):
+    for (index, new), result in zip(plain + digests, inserted, strict=True):
         holders[new.idempotency_key] = result.record
         if result.created:
             created_by_channel[result.record.channel] += 1
@@ -515,6 +535,7 @@ def notification_batch_create(
         outcomes[index] = _batch_replay(existing=holder, request=item.request)
     for channel, count in created_by_channel.items():
         metrics.notification_created(channel=channel, count=count)
+    _digest_collected_count([result for result in inserted[len(plain) :] if result.created])
     backlog.created(client_id=client_id, count=created_by_channel.total())
     return [outcome for outcome in outcomes if outcome is not None]
 
@@ -655,7 +676,9 @@ def _notification_prepare(
     renderer: TemplateRenderer,
     max_attempts: int,
 ) -> NewNotification:
-    if request.template is not None:
+    if request.digest_key is not None:
+        content = _digest_item_render(client_id=client_id, request=request, renderer=renderer)
+    elif request.template is not None:
         content = renderer.render(client_id=client_id, request=request)
     else:
         content = RenderedContent(
@@ -690,7 +713,53 @@ def _notification_prepare(
         expires_at=request.expires_at,
         ttl_seconds=request.ttl_seconds,
         cancellation_key=request.cancellation_key,
+        digest_key=request.digest_key,
+        digest_window_seconds=request.digest_window_seconds,
+        digest_at=request.digest_at,
     )
+
+
+def _digest_item_render(
+    *, client_id: uuid.UUID, request: NotificationRequest, renderer: TemplateRenderer
+) -> RenderedContent:
+    """A digest-keyed create's content: its template rendered as a digest of itself alone, so
+    that the first of a window, which goes at once, reads as one: `{digest_count}` 1 and
+    `{digest_items}` its own line (`digest_item_line`: its subject, or its body where it has
+    none). The client's payload may fill either slot itself; the stored payload is the
+    client's as sent. One rendering: the line's place is marked, and filled once it is known."""
+    payload = dict(request.payload or {})
+    if "digest_items" in payload:
+        payload.setdefault("digest_count", 1)
+        return renderer.render(client_id=client_id, request=replace(request, payload=payload))
+    mark = f"\ue000{uuid.uuid4().hex}\ue001"
+    payload = {"digest_count": 1, **payload, "digest_items": mark}
+    alone = renderer.render(client_id=client_id, request=replace(request, payload=payload))
+    line = digest_item_line(
+        subject=alone.subject.replace(mark, ""), body=alone.body.replace(mark, "")
+    )
+    subject = alone.subject.replace(mark, line)
+    if len(subject) > SUBJECT_MAX_LENGTH:
+        message = f"The subject is at most {SUBJECT_MAX_LENGTH} characters after rendering."
+        raise InvalidRequest(f"payload: {message}", fields={"payload": [message]})
+    return replace(alone, subject=subject, body=alone.body.replace(mark, line))
+
+
+def _insert_digest(*, new: NewNotification, repository: NotificationStore) -> CreateResult:
+    inserted = repository.insert_digest(new=new)
+    if not inserted.created:
+        return _replay(existing=inserted.record, fingerprint=new.request_fingerprint)
+    metrics.notification_created(channel=inserted.record.channel)
+    _digest_collected_count([inserted])
+    return CreateResult(notification=inserted.record, created=True)
+
+
+def _digest_collected_count(inserted: Sequence[Inserted]) -> None:
+    """Counts the new rows a digest bucket collected (not the first of each window)."""
+    by_channel: Counter[str] = Counter(
+        result.record.channel for result in inserted if result.record.digest_bucket_id
+    )
+    for channel, count in by_channel.items():
+        metrics.digest_events_collected(channel=channel, count=count)
 
 
 def _insert_key_checked(

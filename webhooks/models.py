@@ -30,6 +30,7 @@ REPORTED_STATUSES = (
     Status.DEAD_LETTERED,
     Status.SUPPRESSED,
     Status.EXPIRED,
+    Status.DIGESTED,
 )
 
 

@@ -27,7 +27,7 @@ WITH scanned AS (
       FROM notification AS n
       JOIN scanned USING (id)
      WHERE n.status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'CANCELLED', 'SUPPRESSED',
-                        'EXPIRED')
+                        'EXPIRED', 'DIGESTED')
        AND n.updated_at < %(cutoff)s
        AND NOT EXISTS (
            SELECT 1

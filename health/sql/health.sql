@@ -22,7 +22,7 @@ SELECT 'PROCESSING', priority, count(*)
  GROUP BY priority;
 
 -- name: final_status_estimates
--- SENT, CANCELLED, SUPPRESSED and EXPIRED are estimated, not counted: the planner's row estimate for
+-- SENT, CANCELLED, SUPPRESSED, EXPIRED and DIGESTED are estimated, not counted: the planner's row estimate for
 -- the table (pg_class.reltuples) times each status's share in pg_stats (kept by ANALYZE and
 -- autovacuum). A status too rare to be among the most common values has no row here.
 SELECT s.status, greatest(0, round(s.freq * c.reltuples))::bigint AS count
@@ -36,7 +36,7 @@ SELECT s.status, greatest(0, round(s.freq * c.reltuples))::bigint AS count
            AND st.attname = 'status'
        ) AS s
  WHERE c.oid = 'notification'::regclass
-   AND s.status IN ('SENT', 'CANCELLED', 'SUPPRESSED', 'EXPIRED');
+   AND s.status IN ('SENT', 'CANCELLED', 'SUPPRESSED', 'EXPIRED', 'DIGESTED');
 
 -- name: pending_oldest_due
 -- The longest-due PENDING row: one probe of notification_queue's queue_pending_due per

@@ -157,7 +157,8 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
        created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
-       circuit_held_since, quiet_held_since, receipt, expires_at, cancellation_key
+       circuit_held_since, quiet_held_since, receipt, expires_at, cancellation_key,
+       digest_bucket_id, digest_closes_at, digest_id
   FROM notification
  WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s;
 
@@ -171,7 +172,8 @@ SELECT id, client_id, idempotency_key, request_fingerprint, status, channel, rec
        subject, body, priority, metadata, user_id, template, payload, fallback_channels,
        send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
        created_at, updated_at, last_retried_at, last_retried_by, rate_deferred_from,
-       circuit_held_since, quiet_held_since, receipt, expires_at, cancellation_key
+       circuit_held_since, quiet_held_since, receipt, expires_at, cancellation_key,
+       digest_bucket_id, digest_closes_at, digest_id
   FROM notification
  WHERE id = %(id)s
    AND (%(client_id)s::uuid IS NULL OR client_id = %(client_id)s::uuid);
@@ -192,7 +194,7 @@ RETURNING id, client_id, idempotency_key, request_fingerprint, status, channel, 
           subject, body, priority, metadata, user_id, template, payload, fallback_channels,
           send_at, due_at, attempt_count, max_attempts, last_error, sent_at, operator_retries,
           created_at, updated_at, last_retried_at, last_retried_by, expires_at,
-          cancellation_key;
+          cancellation_key, digest_bucket_id, digest_closes_at, digest_id;
 
 -- name: notifications_cancel_by_key
 -- One batch of a cancel by key (delivery/sql/functions/notifications_cancel_by_key.sql, the
@@ -310,3 +312,13 @@ SELECT *
 -- notification_create_checked checks it (notifications/sql/functions/). Each row answers its
 -- client and key, then `_CHOSEN_COLUMNS`; an item that inserted nothing answers nothing.
 SELECT * FROM notifications_create_checked_many(%(items)s::jsonb);
+
+-- name: notification_digest_create
+-- A create with a digest key (notifications/sql/functions/notification_digest_create.sql).
+SELECT created, notification_id
+  FROM notification_digest_create(
+    %(client_id)s, %(idempotency_key)s, %(request_fingerprint)s, %(channel)s, %(recipient)s,
+    %(subject)s, %(body)s, %(priority)s, %(metadata)s::jsonb, %(user_id)s, %(template)s,
+    %(payload)s::jsonb, %(fallback_channels)s::jsonb, %(max_attempts)s,
+    %(expires_at)s::timestamptz, %(ttl_seconds)s::integer, %(cancellation_key)s,
+    %(digest_key)s, %(digest_window_seconds)s::integer, %(digest_at)s);

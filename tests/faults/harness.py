@@ -34,9 +34,11 @@ FINAL = {
     Status.SUPPRESSED,
     Status.EXPIRED,
     Status.CANCELLED,
+    Status.DIGESTED,
 }
-# Final, and never sent: no provider may have accepted them.
-UNSENT = {Status.EXPIRED, Status.CANCELLED}
+# Final, and never sent: no provider may have accepted them (a DIGESTED one went in its
+# digest, under the digest's own key).
+UNSENT = {Status.EXPIRED, Status.CANCELLED, Status.DIGESTED}
 # The final statuses a webhook event reports (a cancel is the client's own doing: none).
 REPORTED = FINAL - {Status.CANCELLED}
 # Backoff, claim and provider timeouts short enough for a suite of minutes, with the claim

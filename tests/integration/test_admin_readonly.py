@@ -8,13 +8,13 @@ from django.test import RequestFactory
 
 from delivery.circuits.models import CircuitBreaker
 from delivery.models import DeliveryAttempt, WorkerHeartbeat
-from notifications.models import Notification
+from notifications.models import Notification, NotificationDigest
 from preferences.models import UserPreferences
 from webhooks.models import WebhookEvent
 
 pytestmark = pytest.mark.django_db
 
-NEVER_DELETED = [Notification, DeliveryAttempt, WorkerHeartbeat, CircuitBreaker]
+NEVER_DELETED = [Notification, NotificationDigest, DeliveryAttempt, WorkerHeartbeat, CircuitBreaker]
 VIEW_ONLY = [*NEVER_DELETED, UserPreferences, WebhookEvent]
 
 

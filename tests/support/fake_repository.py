@@ -73,6 +73,9 @@ class InMemoryNotificationRepository:
             due = max(new.send_at or now, now)
         values = dataclasses.asdict(new)
         del values["delay_seconds"]
+        # A digest create's key and window are the bucket's, not the record's.
+        for name in ("digest_key", "digest_window_seconds", "digest_at"):
+            del values[name]
         ttl_seconds = values.pop("ttl_seconds")
         if ttl_seconds is not None:
             values["expires_at"] = due + timedelta(seconds=ttl_seconds)

@@ -70,6 +70,8 @@ BEGIN
                    AND n.channel = p_channel AND n.client_id = p_client_id
                    AND n.priority > 0
                    AND n.send_at <= notifyqueue_now()
+                   -- A row a digest bucket collected waits for the bucket's close, not a slot.
+                   AND n.digest_bucket_id IS NULL
                    AND n.status IN ('PENDING', 'PROCESSING')
                    AND NOT EXISTS (SELECT 1 FROM ratelimit_delivery AS d
                                    WHERE d.claim_token = n.claim_token)))

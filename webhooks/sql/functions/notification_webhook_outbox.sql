@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION notification_webhook_outbox()
 AS $function$
 BEGIN
     IF NOT EXISTS (SELECT FROM outbox_new
-                   WHERE status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'SUPPRESSED', 'EXPIRED')) THEN
+                   WHERE status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'SUPPRESSED', 'EXPIRED', 'DIGESTED')) THEN
         RETURN NULL;
     END IF;
     INSERT INTO webhook_event (id, client_id, notification_id, status, attempt_count,
@@ -16,7 +16,7 @@ BEGIN
            after.updated_at, 'PENDING', 0, after.updated_at, after.updated_at
     FROM outbox_new AS after
     JOIN clients_client AS c ON c.id = after.client_id
-    WHERE after.status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'SUPPRESSED', 'EXPIRED')
+    WHERE after.status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'SUPPRESSED', 'EXPIRED', 'DIGESTED')
       -- Its status changed. A hashed subplan: the planner takes a transition table for one
       -- row, so a join of the two would be a nested loop, one row times the other.
       AND (after.id, after.status) NOT IN (SELECT id, status FROM outbox_old)
