@@ -277,6 +277,8 @@ class WebhookDeliveries:
         self._next_claim = 0.0
         # Cleared by `stop_starting`: the POSTs open end, no waiting one starts.
         self._starting = True
+        # POST slots submitted to the pool and not yet running (waiting for a thread).
+        self._queued = 0
 
     @property
     def in_flight(self) -> int:
@@ -333,27 +335,38 @@ class WebhookDeliveries:
         for client_id, lane in self._lanes.items():
             while self._starting and lane.posting < self.per_client and lane.waiting:
                 lane.posting += 1
-                self._pool.submit(self._post, client_id, lane.waiting.popleft())
+                self._queued += 1
+                self._pool.submit(self._posts, client_id, lane.waiting.popleft())
 
-    def _post(self, client_id: uuid.UUID, event: ClaimedEvent) -> None:
-        """One POST on a pool thread; then its lane's next waiting event gets the slot (its
-        turn comes after the POSTs already started: the pool's queue is first in, first out)."""
-        try:
-            result = _post(event)
-        except Exception as exc:
-            # A bug while building the request must not strand the claim until it expires.
-            logger.exception("webhook event %s: POST raised", event.id)
-            result = PostResult(False, False, None, f"{type(exc).__name__}", 0.0)
+    def _posts(self, client_id: uuid.UUID, event: ClaimedEvent) -> None:
+        """A POST slot of the client's, on a pool thread: POSTs `event`, then the lane's next
+        waiting events one after another while no other POST waits for a thread; when one
+        does, the next event goes to the back of the pool's queue (first in, first out), so
+        clients take turns when there are more POSTs than threads."""
         with self._changed:
-            self._ended.append((event, result))
-            lane = self._lanes[client_id]
-            if lane.waiting and self._starting:
-                self._pool.submit(self._post, client_id, lane.waiting.popleft())
-            else:
-                lane.posting -= 1
-                if not lane.posting and not lane.waiting:
-                    del self._lanes[client_id]
-            self._changed.notify_all()
+            self._queued -= 1
+        while event is not None:
+            try:
+                result = _post(event)
+            except Exception as exc:
+                # A bug while building the request must not strand the claim until it expires.
+                logger.exception("webhook event %s: POST raised", event.id)
+                result = PostResult(False, False, None, f"{type(exc).__name__}", 0.0)
+            with self._changed:
+                self._ended.append((event, result))
+                self._changed.notify_all()
+                lane = self._lanes[client_id]
+                event = None
+                if lane.waiting and self._starting:
+                    event = lane.waiting.popleft()
+                    if self._queued:
+                        self._queued += 1
+                        self._pool.submit(self._posts, client_id, event)
+                        return
+                else:
+                    lane.posting -= 1
+                    if not lane.posting and not lane.waiting:
+                        del self._lanes[client_id]
 
     def stop_starting(self) -> None:
         """From any thread: no POST starts from now on (`close` gives the waiting claims
