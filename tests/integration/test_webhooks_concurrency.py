@@ -288,17 +288,18 @@ def test_a_client_has_at_most_its_post_slots_open_while_its_sender_claims_ahead(
 def test_a_client_whose_events_another_sender_holds_gets_no_claim_here():
     """One sender at a time holds a client's events: the POST slots of a client are one
     sender's, not one per sender. Another client's events are still claimed."""
-    held = ClientFactory(webhook_url="http://127.0.0.1:9/unused")
-    other = ClientFactory(webhook_url="http://127.0.0.1:9/unused")
-    for client in (held, held, other):
+    clients = [ClientFactory(webhook_url="http://127.0.0.1:9/unused") for _ in range(2)]
+    for client in clients:
+        WebhookEventFactory(notification__client=client)
         WebhookEventFactory(notification__client=client)
     params = {"limit": 10, "per_client": 10, "claim_timeout_s": 30}
     [first] = repositories.webhook_events_claim_due(**{**params, "limit": 1}, worker="w-1")
-    assert first.client_id == held.id  # the round-robin's first client is in the DB's order
+    held = first.client_id
+    [other] = {c.id for c in clients} - {held}
     taken = repositories.webhook_events_claim_due(**params, worker="w-2")
-    assert [e.client_id for e in taken] == [other.id]
+    assert [e.client_id for e in taken] == [other, other]
     again = repositories.webhook_events_claim_due(**params, worker="w-1")
-    assert [e.client_id for e in again] == [held.id]
+    assert [e.client_id for e in again] == [held]
 
 
 def test_a_stopping_sender_gives_back_the_claims_it_never_posted(settings):
