@@ -12,7 +12,7 @@ Invariants protected here:
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -30,6 +30,7 @@ QUERIES = Queries(Path(__file__).with_name("sql") / "webhook_events.sql")
 class ClaimedEvent:
     id: uuid.UUID
     claim_token: uuid.UUID
+    client_id: uuid.UUID
     notification_id: uuid.UUID
     status: str
     attempt_count: int
@@ -59,24 +60,6 @@ class ReclaimedEvent:
     """Why the claim was taken: `dead_worker` or `claim_timeout`."""
 
 
-def webhook_events_claim_due(
-    *, limit: int, per_client: int, claim_timeout_s: float, worker: str | None = None
-) -> list[ClaimedEvent]:
-    """Claims up to `limit` due PENDING events, fairly across clients and at most
-    `per_client` in flight per client, for `worker` (whose death hands them over; None: only
-    their claim timeout does); the claim is committed when this returns."""
-    with transaction.atomic():
-        QUERIES.execute("webhook_event_claim_plan")
-        return QUERIES.rows(
-            "webhook_event_claim_due",
-            row=ClaimedEvent,
-            limit=limit,
-            per_client=per_client,
-            claim_timeout_s=claim_timeout_s,
-            worker=worker,
-        )
-
-
 @dataclass(frozen=True)
 class EventResult:
     """How one claim ended, for webhook_events_finish."""
@@ -93,24 +76,106 @@ class EventResult:
     duration_ms: int
 
 
+@dataclass(frozen=True)
+class _StepRow:
+    """A row of webhook_events_step: a finished event (only `id` set) or a claimed one."""
+
+    finished: bool
+    id: uuid.UUID
+    claim_token: uuid.UUID | None
+    client_id: uuid.UUID | None
+    notification_id: uuid.UUID | None
+    status: str | None
+    attempt_count: int | None
+    occurred_at: datetime | None
+    delivery_attempts: int | None
+    attempt_number: int | None
+    webhook_url: str | None
+    webhook_secret: str | None
+    previous_webhook_secret: str | None
+    previous_webhook_secret_expires_at: datetime | None
+    claimed_at: datetime | None
+    type: str | None
+    receipt: str | None
+    message_id: str | None
+
+
+_CLAIMED_FIELDS = [f.name for f in fields(ClaimedEvent)]
+
+
+def webhook_events_step(
+    results: list[EventResult],
+    *,
+    limit: int,
+    per_client: int,
+    claim_timeout_s: float,
+    worker: str | None,
+) -> tuple[set[uuid.UUID], list[ClaimedEvent]]:
+    """A sender's step in one statement and one transaction: ends each claim in `results` and
+    its attempt row, then claims up to `limit` due PENDING events (0: none), fairly across
+    clients, at most `per_client` DELIVERING per client and none of a client whose events
+    another sender holds, for `worker` (whose death hands them over; None: only their claim
+    timeout does). Returns the ids of the events whose claim was still theirs (a result
+    missing from it came after its claim was taken over, and changed nothing) and the claimed
+    events, committed when this returns. The commit does not wait for the disk
+    (webhooks/sql/functions/webhook_events_step.sql says why that is safe)."""
+    rows = QUERIES.rows(
+        "webhook_events_step",
+        row=_StepRow,
+        event_ids=[r.event_id for r in results],
+        claim_tokens=[r.claim_token for r in results],
+        states=[r.state for r in results],
+        outcomes=[r.outcome for r in results],
+        retry_in_s=[r.retry_in_s for r in results],
+        status_codes=[r.status_code for r in results],
+        errors=[r.error for r in results],
+        durations_ms=[r.duration_ms for r in results],
+        limit=limit,
+        per_client=per_client,
+        claim_timeout_s=claim_timeout_s,
+        worker=worker,
+    )
+    finished = {row.id for row in rows if row.finished}
+    claimed = [
+        ClaimedEvent(**{name: getattr(row, name) for name in _CLAIMED_FIELDS})
+        for row in rows
+        if not row.finished
+    ]
+    return finished, claimed
+
+
+def webhook_events_claim_due(
+    *, limit: int, per_client: int, claim_timeout_s: float, worker: str | None = None
+) -> list[ClaimedEvent]:
+    """webhook_events_step with no results: claims up to `limit` due events."""
+    _, claimed = webhook_events_step(
+        [], limit=limit, per_client=per_client, claim_timeout_s=claim_timeout_s, worker=worker
+    )
+    return claimed
+
+
 def webhook_events_finish(results: list[EventResult]) -> set[uuid.UUID]:
-    """Ends each claim and its attempt row, all in one statement and one transaction. Returns
-    the ids of the events whose claim was still theirs; a result missing from it came after
-    its claim was taken over, and changed nothing."""
+    """webhook_events_step with no claim: ends each claim and its attempt row; returns the ids
+    of the events whose claim was still theirs."""
     if not results:
+        return set()
+    finished, _ = webhook_events_step(
+        results, limit=0, per_client=0, claim_timeout_s=0, worker=None
+    )
+    return finished
+
+
+def webhook_events_release(events: list[ClaimedEvent]) -> set[uuid.UUID]:
+    """Gives back claims whose POST never started: PENDING again, their attempt not counted
+    and its row removed. Returns the ids released (a claim taken over meanwhile is not)."""
+    if not events:
         return set()
     with transaction.atomic():
         return set(
             QUERIES.scalars(
-                "webhook_events_finish",
-                event_ids=[r.event_id for r in results],
-                claim_tokens=[r.claim_token for r in results],
-                states=[r.state for r in results],
-                outcomes=[r.outcome for r in results],
-                retry_in_s=[r.retry_in_s for r in results],
-                status_codes=[r.status_code for r in results],
-                errors=[r.error for r in results],
-                durations_ms=[r.duration_ms for r in results],
+                "webhook_events_release",
+                event_ids=[e.id for e in events],
+                claim_tokens=[e.claim_token for e in events],
             )
         )
 

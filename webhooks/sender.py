@@ -55,6 +55,9 @@ class WebhookSender:
         """Stops claiming and finishes the POSTs in flight; with `drain`, only once nothing
         is due."""
         (self._drain if drain else self._stop).set()
+        if not drain and self._deliveries is not None:
+            # The events waiting for a POST slot are given back at once, not POSTed first.
+            self._deliveries.stop_starting()
 
     def join(self) -> None:
         self._thread.join()

@@ -19,10 +19,13 @@ import json
 import logging
 import math
 import random
+import threading
+import time
 import uuid
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -40,6 +43,12 @@ logger = logging.getLogger(__name__)
 
 PREVIOUS_SECRET_OVERLAP = timedelta(hours=24)
 RECLAIM_BATCH = 1000
+# A sender claims at most this many rounds of a client's POST slots ahead
+# (webhook_claim_ahead_rounds).
+CLAIM_AHEAD_ROUNDS_MAX = 16
+# While every client's lane has events waiting, a sender still claims this often, so that
+# another client's first events are not left waiting behind them.
+CLAIM_INTERVAL_S = 0.02
 # Each retry wait is its scheduled step ±10%.
 RETRY_JITTER = 0.1
 
@@ -164,11 +173,17 @@ def _result(event: ClaimedEvent, result: PostResult) -> EventResult:
     )
 
 
-def _record(posted: list[tuple[ClaimedEvent, PostResult]]) -> WebhookBatch:
-    """Writes the results of finished POSTs, all in one statement, and counts them by the
-    events' new states; a result whose claim was taken over meanwhile is dropped (`stale`)."""
-    results = [(event, _result(event, result)) for event, result in posted]
-    finished = repositories.webhook_events_finish([ended for _, ended in results])
+def _results(
+    posted: list[tuple[ClaimedEvent, PostResult]],
+) -> list[tuple[ClaimedEvent, EventResult]]:
+    return [(event, _result(event, result)) for event, result in posted]
+
+
+def _counted(
+    results: list[tuple[ClaimedEvent, EventResult]], finished: set[uuid.UUID]
+) -> WebhookBatch:
+    """Counts recorded results by the events' new states; a result whose claim was taken over
+    meanwhile was dropped (`stale`)."""
     counts = {DeliveryState.DELIVERED: 0, DeliveryState.PENDING: 0, DeliveryState.FAILED: 0}
     stale = 0
     for event, ended in results:
@@ -199,79 +214,211 @@ def _record(posted: list[tuple[ClaimedEvent, PostResult]]) -> WebhookBatch:
     )
 
 
-class WebhookDeliveries:
-    """POSTs in flight on a thread pool, claimed as slots free up; results recorded on the
-    thread that calls `step`, with that thread's database connection.
+def webhook_claim_ahead_rounds(*, claim_timeout_s: float, timeout_s: float) -> int:
+    """How many rounds of a client's POST slots a sender claims at once: as many as fit, one
+    POST timeout each, in the claim timeout less one POST timeout (so a claim waiting behind a
+    hanging endpoint is POSTed and recorded before it expires), at most
+    CLAIM_AHEAD_ROUNDS_MAX."""
+    return max(1, min(CLAIM_AHEAD_ROUNDS_MAX, math.floor(claim_timeout_s / timeout_s) - 1))
 
-    Fairness: a step claims at most as many events as there are free slots, and the claim
-    takes every client's oldest due event before any client's second, with at most
-    NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY of one client's events in flight (over all
-    senders). A receiver that hangs therefore holds at most that many slots for at most
-    NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS each, while the other slots keep turning over.
+
+@dataclass
+class _Lane:
+    """One client's claims in this sender: those waiting for one of its POST slots, and how
+    many of its POSTs are open (at most NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY)."""
+
+    waiting: deque[ClaimedEvent] = field(default_factory=deque)
+    posting: int = 0
+
+
+class WebhookDeliveries:
+    """A sender's claims, POSTed on a thread pool, each client's through its own lane; results
+    recorded on the thread that calls `step`, with that thread's database connection.
+
+    The database work and the POSTs overlap: a sender claims `ahead` rounds of each client's
+    POST slots at once, and a POST that ends starts the next waiting event of its client on
+    the same pool thread's turn, without waiting for the loop. A step records every POST that
+    ended and claims for the room that freed, in one transaction (one commit).
+
+    Fairness: a client has at most NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY POSTs open at once
+    (its lane starts no more) and at most that times `ahead` claims, all in one sender (the
+    claim gives none to a client whose events another sender holds); the claim takes every
+    client's oldest due event before any client's second; the pool runs the clients' POSTs in
+    the order they were started, one POST per turn. A receiver that hangs therefore holds at
+    most its client's POST slots, for at most NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS each, while
+    the other slots keep turning over; its waiting claims are POSTed within half the claim
+    timeout (`webhook_claim_ahead_rounds`).
     """
 
-    def __init__(self, *, concurrency: int | None = None, worker: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        concurrency: int | None = None,
+        worker: str | None = None,
+        ahead: int | None = None,
+    ) -> None:
         self.concurrency = concurrency or settings.NOTIFYQUEUE_WEBHOOK_CONCURRENCY
+        self.per_client = settings.NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY
+        self.ahead = ahead or webhook_claim_ahead_rounds(
+            claim_timeout_s=settings.NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS,
+            timeout_s=settings.NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS,
+        )
         # The worker whose heartbeat vouches for this sender's claims (None: none does, and
         # only their claim timeout hands them over).
         self.worker = worker
         self._pool = ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="webhook-post"
         )
-        self._in_flight: dict[Future[PostResult], ClaimedEvent] = {}
+        self._changed = threading.Condition()
+        self._lanes: dict[uuid.UUID, _Lane] = {}
+        self._ended: list[tuple[ClaimedEvent, PostResult]] = []
+        # Claims whose result is not recorded yet: waiting, posting or ended.
+        self._held = 0
+        self._next_claim = 0.0
+        # Cleared by `stop_starting`: the POSTs open end, no waiting one starts.
+        self._starting = True
+        # POST slots submitted to the pool and not yet running (waiting for a thread).
+        self._queued = 0
 
     @property
     def in_flight(self) -> int:
-        return len(self._in_flight)
+        return self._held
 
     def step(self, *, limit: int | None = None, wait_s: float = 0.0) -> WebhookBatch:
-        """Records the POSTs that finished (waiting up to `wait_s` for one when none has),
-        then claims up to `limit` due events for the free slots and starts their POSTs."""
-        if self._in_flight and wait_s > 0:
-            wait(self._in_flight, timeout=wait_s, return_when=FIRST_COMPLETED)
-        counts = self._record_finished()
-        free = self.concurrency - len(self._in_flight)
-        limit = min(limit or settings.NOTIFYQUEUE_WEBHOOK_BATCH_SIZE, free)
-        events = []
-        if limit > 0:
-            events = repositories.webhook_events_claim_due(
+        """Records the POSTs that ended (waiting up to `wait_s` for one when none has), then
+        claims up to `limit` due events for the room that is free, and starts their POSTs;
+        the results and the claim in one transaction."""
+        with self._changed:
+            if self._held and not self._ended and wait_s > 0:
+                self._changed.wait(wait_s)
+            ended, self._ended = self._ended, []
+        room = self.concurrency * self.ahead - self._held + len(ended)
+        limit = min(limit or settings.NOTIFYQUEUE_WEBHOOK_BATCH_SIZE * self.ahead, room)
+        if not self._claim_due(freed=len(ended)):
+            limit = 0
+        results = _results(ended)
+        try:
+            finished, events = repositories.webhook_events_step(
+                [r for _, r in results],
                 limit=limit,
-                per_client=settings.NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY,
+                per_client=self.per_client * self.ahead,
                 claim_timeout_s=settings.NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS,
                 worker=self.worker,
             )
+        except BaseException:
+            # Kept for the next step: each keeps its slot until its result is written, instead
+            # of each claim waiting for its expiry and the receiver for a second POST.
+            with self._changed:
+                self._ended[:0] = ended
+            raise
+        if limit:
+            self._next_claim = time.monotonic() + CLAIM_INTERVAL_S
+        with self._changed:
+            self._held += len(events) - len(ended)
+            self._start(events)
+        return replace(_counted(results, finished), claimed=len(events))
+
+    def _claim_due(self, *, freed: int) -> bool:
+        """Whether this step claims: when some client's lane runs short of waiting events (or
+        there is none), when results freed room, or at least every CLAIM_INTERVAL_S, so a
+        client with no lane yet waits no longer than that for its first claim."""
+        if freed or not self._lanes or time.monotonic() >= self._next_claim:
+            return True
+        return any(len(lane.waiting) < self.per_client for lane in self._lanes.values())
+
+    def _start(self, events: list[ClaimedEvent]) -> None:
+        """Queues the claimed events in their clients' lanes and opens the free POST slots
+        (called holding `_changed`)."""
         for event in events:
-            self._in_flight[self._pool.submit(_post, event)] = event
-        return replace(counts, claimed=len(events))
+            lane = self._lanes.setdefault(event.client_id, _Lane())
+            lane.waiting.append(event)
+        for client_id, lane in self._lanes.items():
+            while self._starting and lane.posting < self.per_client and lane.waiting:
+                lane.posting += 1
+                self._queued += 1
+                self._pool.submit(self._posts, client_id, lane.waiting.popleft())
 
-    def finish(self) -> WebhookBatch:
-        """Waits for every POST in flight and records it; claims nothing."""
-        wait(self._in_flight)
-        return self._record_finished()
-
-    def close(self) -> None:
-        self.finish()
-        self._pool.shutdown()
-
-    def _record_finished(self) -> WebhookBatch:
-        """Records the POSTs that ended. Each keeps its slot until its result is written: a
-        step whose finish fails (a dropped connection, a lock timeout) leaves them to the next
-        one, instead of each claim to its expiry and the receiver to a second POST."""
-        done = [f for f in self._in_flight if f.done()]
-        posted = []
-        for future in done:
-            event = self._in_flight[future]
+    def _posts(self, client_id: uuid.UUID, event: ClaimedEvent) -> None:
+        """A POST slot of the client's, on a pool thread: POSTs `event`, then the lane's next
+        waiting events one after another while no other POST waits for a thread; when one
+        does, the next event goes to the back of the pool's queue (first in, first out), so
+        clients take turns when there are more POSTs than threads."""
+        with self._changed:
+            self._queued -= 1
+        while event is not None:
             try:
-                result = future.result()
+                result = _post(event)
             except Exception as exc:
                 # A bug while building the request must not strand the claim until it expires.
                 logger.exception("webhook event %s: POST raised", event.id)
                 result = PostResult(False, False, None, f"{type(exc).__name__}", 0.0)
-            posted.append((event, result))
-        recorded = _record(posted)
-        for future in done:
-            del self._in_flight[future]
-        return recorded
+            with self._changed:
+                self._ended.append((event, result))
+                self._changed.notify_all()
+                lane = self._lanes[client_id]
+                event = None
+                if lane.waiting and self._starting:
+                    event = lane.waiting.popleft()
+                    if self._queued:
+                        self._queued += 1
+                        self._pool.submit(self._posts, client_id, event)
+                        return
+                else:
+                    lane.posting -= 1
+                    if not lane.posting and not lane.waiting:
+                        del self._lanes[client_id]
+
+    def stop_starting(self) -> None:
+        """From any thread: no POST starts from now on (`close` gives the waiting claims
+        back); those open run to their end."""
+        with self._changed:
+            self._starting = False
+            self._changed.notify_all()
+
+    def finish(self) -> WebhookBatch:
+        """Waits for every claim held to be POSTed and records the results; claims nothing."""
+        with self._changed:
+            while len(self._ended) < self._held:
+                self._changed.wait()
+        return self._record_ended()
+
+    def close(self) -> None:
+        """Gives back the claims still waiting for a POST slot (unsent, their attempt not
+        counted), waits for the POSTs open and records them."""
+        self.stop_starting()
+        with self._changed:
+            unstarted = [event for lane in self._lanes.values() for event in lane.waiting]
+            for lane in self._lanes.values():
+                lane.waiting.clear()
+            # No longer this sender's to record: released below, or (if that fails) taken
+            # back by the reaper once the worker is dead or the claims expire.
+            self._held -= len(unstarted)
+        try:
+            if unstarted:
+                released = repositories.webhook_events_release(unstarted)
+                logger.info(
+                    "webhook sender stopping: %d claims given back unsent (%d taken over "
+                    "meanwhile)",
+                    len(released),
+                    len(unstarted) - len(released),
+                )
+        finally:
+            self.finish()
+            self._pool.shutdown()
+
+    def _record_ended(self) -> WebhookBatch:
+        with self._changed:
+            ended, self._ended = self._ended, []
+        results = _results(ended)
+        try:
+            finished = repositories.webhook_events_finish([r for _, r in results])
+        except BaseException:
+            with self._changed:
+                self._ended[:0] = ended
+            raise
+        with self._changed:
+            self._held -= len(ended)
+        return _counted(results, finished)
 
 
 def webhook_events_deliver_due(*, limit: int | None = None) -> WebhookBatch:
@@ -282,7 +429,7 @@ def webhook_events_deliver_due(*, limit: int | None = None) -> WebhookBatch:
     cut off at the timeout. (`run_worker` keeps a WebhookDeliveries open instead, so slots
     are refilled as they free up.)
     """
-    deliveries = WebhookDeliveries()
+    deliveries = WebhookDeliveries(ahead=1)
     try:
         started = deliveries.step(limit=limit)
         finished = deliveries.finish()

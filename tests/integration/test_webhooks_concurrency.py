@@ -252,3 +252,79 @@ def test_a_sender_that_cannot_write_its_results_retries_after_the_poll_interval(
     # About 1.5 s of failing steps, one a poll interval.
     assert 2 <= int(ended[0][1]) <= 9, ended[0][0]
     assert len(receiver.requests) == 1
+
+
+def test_a_client_has_at_most_its_post_slots_open_while_its_sender_claims_ahead(settings):
+    """The sender claims several rounds of a client's POST slots at once (as many 1 s POSTs
+    as fit in the 10 s claim timeout less one: 9 rounds of 2), yet while the client's first 2
+    POSTs hang no third one opens; once they answer, every event arrives once."""
+    settings.NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY = 2
+    settings.NOTIFYQUEUE_WEBHOOK_TIMEOUT_SECONDS = 1.0
+    settings.NOTIFYQUEUE_WEBHOOK_CLAIM_TIMEOUT_SECONDS = 10.0
+    held = threading.Event()
+    with WebhookReceiver(default=Reply(200)) as receiver:
+        receiver.script(Reply(200, hold=held), Reply(200, hold=held))
+        client = ClientFactory(webhook_url=receiver.url)
+        events = {str(WebhookEventFactory(notification__client=client).id) for _ in range(30)}
+        sender = WebhookSender(poll_interval_s=0.05, reclaim_interval_s=60)
+        sender.start()
+        try:
+            receiver.wait_for(2)
+            time.sleep(0.3)
+            assert len(receiver.requests) == 2
+            assert WebhookEvent.objects.filter(state=DeliveryState.DELIVERING).count() == 18
+            held.set()
+            receiver.wait_for(30)
+            sender.stop(drain=True)
+            sender.join()
+        finally:
+            held.set()
+            sender.stop()
+            sender.join()
+    assert Counter(receiver.event_ids()) == Counter(events)
+    assert WebhookEvent.objects.filter(state=DeliveryState.DELIVERED).count() == 30
+
+
+def test_a_client_whose_events_another_sender_holds_gets_no_claim_here():
+    """One sender at a time holds a client's events: the POST slots of a client are one
+    sender's, not one per sender. Another client's events are still claimed."""
+    clients = [ClientFactory(webhook_url="http://127.0.0.1:9/unused") for _ in range(2)]
+    for client in clients:
+        WebhookEventFactory(notification__client=client)
+        WebhookEventFactory(notification__client=client)
+    params = {"limit": 10, "per_client": 10, "claim_timeout_s": 30}
+    [first] = repositories.webhook_events_claim_due(**{**params, "limit": 1}, worker="w-1")
+    held = first.client_id
+    [other] = {c.id for c in clients} - {held}
+    taken = repositories.webhook_events_claim_due(**params, worker="w-2")
+    assert [e.client_id for e in taken] == [other, other]
+    again = repositories.webhook_events_claim_due(**params, worker="w-1")
+    assert [e.client_id for e in again] == [held]
+
+
+def test_a_stopping_sender_gives_back_the_claims_it_never_posted(settings):
+    """Claims waiting behind a client's open POSTs when the sender stops are given back
+    unsent: PENDING, their attempt not counted, no attempt row; the POST that was open is
+    recorded as usual."""
+    settings.NOTIFYQUEUE_WEBHOOK_CLIENT_CONCURRENCY = 1
+    held = threading.Event()
+    with WebhookReceiver(default=Reply(200, hold=held)) as receiver:
+        client = ClientFactory(webhook_url=receiver.url)
+        for _ in range(5):
+            WebhookEventFactory(notification__client=client)
+        sender = WebhookSender(poll_interval_s=0.05, reclaim_interval_s=60)
+        sender.start()
+        receiver.wait_for(1)
+        time.sleep(0.2)  # the first POST hangs; the other four wait for its slot
+        sender.stop()
+        held.set()
+        sender.join()
+    assert len(receiver.requests) == 1
+    states = Counter(WebhookEvent.objects.values_list("state", flat=True))
+    assert states == {DeliveryState.DELIVERED: 1, DeliveryState.PENDING: 4}
+    waiting = WebhookEvent.objects.filter(state=DeliveryState.PENDING)
+    assert set(waiting.values_list("delivery_attempts", flat=True)) == {0}
+    assert sum(e.attempts.count() for e in waiting) == 0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT state, count(*) FROM webhook_queue GROUP BY state")
+        assert cursor.fetchall() == [("PENDING", 4)]

@@ -1,6 +1,7 @@
 """The webhook sender against a real HTTP receiver on 127.0.0.1 and real PostgreSQL."""
 
 import json
+import re
 import time
 from datetime import timedelta
 
@@ -413,6 +414,20 @@ def test_redelivery_requeues_finished_events_with_the_same_event_id(
     assert (pending.state, pending.redeliveries) == (DeliveryState.PENDING, 0)
 
 
+def step_claim(cursor) -> str:
+    """The claim of webhook_events_step as PostgreSQL runs it (the function's second RETURN
+    QUERY), its parameters turned into the query parameters of the same names, under the
+    function's own settings (set for the transaction): for EXPLAIN."""
+    cursor.execute("SELECT prosrc, proconfig FROM pg_proc WHERE proname = 'webhook_events_step'")
+    source, settings = cursor.fetchone()
+    statement = source.split("RETURN QUERY", 2)[2].split(";", 1)[0]
+    for setting in settings:
+        name, value = setting.split("=", 1)
+        cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
+    statement = re.sub(r"\bp_worker\b", "%(worker)s::text", statement)
+    return re.sub(r"\bp_(limit|per_client|claim_timeout_s)\b", r"%(\1)s", statement)
+
+
 @pytest.mark.parametrize(
     "query, index",
     [
@@ -433,7 +448,8 @@ def test_maintenance_queries_read_their_partial_index(query, index):
     }
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + QUERIES[query], params)
+        statement = step_claim(cursor) if query == "webhook_event_claim_due" else QUERIES[query]
+        cursor.execute("EXPLAIN " + statement, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert index in plan, plan
 
@@ -490,12 +506,10 @@ def _claim_choice_buffers() -> int:
         cursor.execute("SELECT count(*) FROM webhook_queue WHERE state = 'PENDING'")
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            # Small tables may be read whole, which is cheaper there; compare the plan a
-            # large table gets at both sizes. The repository's setting for the claim, too.
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute("SET LOCAL enable_incremental_sort = off")
+            # The function's settings (small tables are not read whole with them either, so
+            # the plan is the one a large table gets at both sizes).
             cursor.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + QUERIES["webhook_event_claim_due"],
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + step_claim(cursor),
                 params,
             )
             (plan,) = cursor.fetchone()[0]

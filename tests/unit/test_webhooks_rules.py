@@ -28,6 +28,7 @@ def claimed(**overrides) -> ClaimedEvent:
     values = {
         "id": uuid.uuid4(),
         "claim_token": uuid.uuid4(),
+        "client_id": uuid.uuid4(),
         "notification_id": uuid.uuid4(),
         "status": "SENT",
         "attempt_count": 2,
@@ -150,9 +151,8 @@ def test_url_validator_refuses_private_literals_and_other_schemes(settings):
 
 def test_every_webhook_query_is_loaded():
     assert set(QUERIES) == {
-        "webhook_event_claim_plan",
-        "webhook_event_claim_due",
-        "webhook_events_finish",
+        "webhook_events_step",
+        "webhook_events_release",
         "webhook_receipt_events_add",
         "webhook_event_reclaim_expired",
         "webhook_event_redeliver",

@@ -1,155 +1,47 @@
 -- The webhook sender's queries. Only webhooks/repositories.py runs them.
 -- Every write that ends a claim names the claim token, which an event has exactly while it is
 -- DELIVERING (CHECK webhook_event_claim_iff_delivering), so a sender whose claim expired (and
--- was taken over) changes nothing.
+-- was taken over) changes nothing. The claim and the finish are one function,
+-- webhooks/sql/functions/webhook_events_step.sql.
 
--- name: webhook_event_claim_plan
--- Run in the claim's transaction just before webhook_event_claim_due. Otherwise the planner may
--- walk webhook_queue_due in due order and filter by client, an incremental sort that reads the
--- whole backlog of the other clients; without it, each client's events come straight from
--- webhook_queue_client_due.
-SET LOCAL enable_incremental_sort = off;
+-- name: webhook_events_step
+-- A sender's step (webhooks/sql/functions/webhook_events_step.sql): the results of its
+-- finished POSTs, then a claim of up to %(limit)s due events, at most %(per_client)s
+-- DELIVERING per client and none of a client another sender holds, in one statement. Rows
+-- with `finished` are the events whose result was recorded (only their id is set); the
+-- others are the claimed events.
+SELECT finished, id, claim_token, client_id, notification_id, status, attempt_count,
+       occurred_at, delivery_attempts, attempt_number, webhook_url, webhook_secret,
+       previous_webhook_secret, previous_webhook_secret_expires_at, claimed_at, type, receipt,
+       message_id
+FROM webhook_events_step(%(event_ids)s::uuid[], %(claim_tokens)s::uuid[], %(states)s::text[],
+                         %(outcomes)s::text[], %(retry_in_s)s::float8[],
+                         %(status_codes)s::int[], %(errors)s::text[],
+                         %(durations_ms)s::int[], %(limit)s, %(per_client)s,
+                         %(claim_timeout_s)s, %(worker)s);
 
--- name: webhook_event_claim_due
--- Claims up to %(limit)s due events in one statement, fairly across clients: each client may
--- have at most %(per_client)s events DELIVERING (counted over every sender), and the batch
--- takes every client's oldest due event before any client's second (round-robin), so one
--- client's backlog or dead endpoint cannot take the batch from the others. Due-ness and the
--- claim's expiry use the database clock, notifyqueue_now().
---
--- Cost grows with neither the backlog nor the history: it reads webhook_queue, which holds only
--- the events not yet final (its triggers: webhooks/sql/functions/). `clients` walks the distinct clients with PENDING
--- events by skipping through the index webhook_queue_client_due (one index probe per client,
--- however many events each has), and each client then reads at most %(per_client)s due rows
--- from the same index and counts its DELIVERING rows in webhook_queue_client_busy. The chosen
--- events are locked in webhook_event (SKIP LOCKED, so concurrent senders take disjoint sets,
--- and still PENDING once locked), marked DELIVERING with a fresh token (the queue's trigger
--- copies the change), their attempt counted and its attempt row opened, all committed before
--- any HTTP call.
--- (The skip scan orders by the whole key of webhook_queue_client_due so that the planner reads
--- that partial index, not another one that would also walk each client's claims in flight.)
-WITH RECURSIVE clients AS (
-    (SELECT client_id FROM webhook_queue WHERE state = 'PENDING'
-     ORDER BY client_id, next_attempt_at, created_at LIMIT 1)
-    UNION ALL
-    SELECT (SELECT q.client_id FROM webhook_queue AS q
-            WHERE q.state = 'PENDING' AND q.client_id > c.client_id
-            ORDER BY q.client_id, q.next_attempt_at, q.created_at LIMIT 1)
-    FROM clients AS c
-    WHERE c.client_id IS NOT NULL
-),
-candidates AS (
-    SELECT d.id, d.next_attempt_at, busy.room,
-           row_number() OVER (PARTITION BY c.client_id ORDER BY d.next_attempt_at, d.created_at)
-               AS turn
-    FROM clients AS c
-    CROSS JOIN LATERAL (
-        SELECT greatest(%(per_client)s - count(*), 0) AS room
-        FROM webhook_queue AS f
-        WHERE f.client_id = c.client_id AND f.state = 'DELIVERING'
-    ) AS busy
-    -- A constant LIMIT (not `room`), so that the planner knows it reads a few rows of this
-    -- client's index rather than filtering the whole queue by due time.
-    CROSS JOIN LATERAL (
-        SELECT q.id, q.next_attempt_at, q.created_at
-        FROM webhook_queue AS q
-        WHERE q.client_id = c.client_id AND q.state = 'PENDING'
-          AND q.next_attempt_at <= notifyqueue_now()
-        ORDER BY q.next_attempt_at, q.created_at
-        LIMIT %(per_client)s
-    ) AS d
-    WHERE c.client_id IS NOT NULL
-),
-due AS (
-    SELECT e.id
-    FROM (
-        SELECT id FROM candidates
-        WHERE turn <= room
-        ORDER BY turn, next_attempt_at
-        LIMIT %(limit)s
-    ) AS chosen
-    JOIN webhook_event AS e ON e.id = chosen.id
-    WHERE e.state = 'PENDING'
-    FOR UPDATE OF e SKIP LOCKED
-),
-claimed AS (
+-- name: webhook_events_release
+-- Gives back claims whose POST never started (a sender stopping with events still waiting
+-- for a slot): PENDING again and due as they were, the attempt the claim counted taken back
+-- and its attempt row, never used, removed. Guarded by the claim token, like the finish;
+-- returns the events released.
+WITH released AS (
     UPDATE webhook_event AS e
-    SET state = 'DELIVERING',
-        claim_token = gen_random_uuid(),
-        claim_expires_at = notifyqueue_now() + make_interval(secs => %(claim_timeout_s)s),
-        claimed_by = %(worker)s,
-        delivery_attempts = e.delivery_attempts + 1
-    FROM due
-    WHERE e.id = due.id
-    RETURNING e.id, e.claim_token, e.client_id, e.notification_id, e.status, e.attempt_count,
-              e.occurred_at, e.delivery_attempts, e.type, e.receipt, e.message_id
-),
-numbered AS (
-    SELECT c.*,
-           1 + (SELECT count(*) FROM webhook_delivery_attempt AS a WHERE a.event_id = c.id)
-               AS attempt_number
-    FROM claimed AS c
-),
-opened AS (
-    INSERT INTO webhook_delivery_attempt (event_id, claim_token, number, url, started_at)
-    SELECT n.id, n.claim_token, n.attempt_number, cl.webhook_url, notifyqueue_now()
-    FROM numbered AS n
-    JOIN clients_client AS cl ON cl.id = n.client_id
-)
-SELECT n.id, n.claim_token, n.notification_id, n.status, n.attempt_count, n.occurred_at,
-       n.delivery_attempts, n.attempt_number, cl.webhook_url, cl.webhook_secret,
-       cl.previous_webhook_secret, cl.previous_webhook_secret_expires_at,
-       notifyqueue_now() AS claimed_at, n.type, n.receipt, n.message_id
-FROM numbered AS n
-JOIN clients_client AS cl ON cl.id = n.client_id
-ORDER BY n.id;
-
--- name: webhook_events_finish
--- Ends the claims of a sender's finished POSTs, in one statement: each event DELIVERED, FAILED,
--- or PENDING again its retry_in_s seconds from now on the database clock, and each attempt row
--- finished. Returns the events whose claim was still theirs; any other was taken over, and its
--- late result changes nothing. An event is found by its primary key (`= ANY` of the ids: one
--- probe each, whatever the planner thinks of the arrays), its token names the claim (set only
--- while DELIVERING), and the queue's trigger removes or updates its webhook_queue row. A
--- condition on the state as well matched the in-flight events' partial indexes when they
--- were on webhook_event, which the planner read instead: every finish read every event in
--- flight.
-WITH result AS (
-    SELECT *
-    FROM unnest(%(event_ids)s::uuid[], %(claim_tokens)s::uuid[], %(states)s::text[],
-                %(outcomes)s::text[], %(retry_in_s)s::float8[], %(status_codes)s::int[],
-                %(errors)s::text[], %(durations_ms)s::int[])
-        AS r(event_id, claim_token, state, outcome, retry_in_s, status_code, error, duration_ms)
-),
-finished AS (
-    UPDATE webhook_event AS e
-    SET state = r.state,
-        next_attempt_at = CASE WHEN r.retry_in_s IS NULL THEN e.next_attempt_at
-                               ELSE notifyqueue_now() + make_interval(secs => r.retry_in_s)
-                          END,
+    SET state = 'PENDING',
         claim_token = NULL,
         claim_expires_at = NULL,
-        last_error = r.error,
-        last_status_code = r.status_code,
-        delivered_at = CASE WHEN r.state = 'DELIVERED' THEN notifyqueue_now() END
-    FROM result AS r
+        delivery_attempts = e.delivery_attempts - 1
+    FROM unnest(%(event_ids)s::uuid[], %(claim_tokens)s::uuid[]) AS r(event_id, claim_token)
     WHERE e.id = ANY (%(event_ids)s::uuid[])
       AND e.id = r.event_id AND e.claim_token = r.claim_token
     RETURNING e.id, r.claim_token
 ),
-attempt AS (
-    UPDATE webhook_delivery_attempt AS a
-    SET finished_at = notifyqueue_now(),
-        outcome = r.outcome,
-        status_code = r.status_code,
-        error = r.error,
-        duration_ms = r.duration_ms
-    FROM result AS r
-    WHERE a.claim_token = ANY (%(claim_tokens)s::uuid[])
-      AND a.claim_token = r.claim_token
-      AND r.claim_token IN (SELECT claim_token FROM finished)
+unused AS (
+    DELETE FROM webhook_delivery_attempt AS a
+    USING released AS r
+    WHERE a.claim_token = ANY (%(claim_tokens)s::uuid[]) AND a.claim_token = r.claim_token
 )
-SELECT id FROM finished;
+SELECT id FROM released;
 
 -- name: webhook_event_reclaim_expired
 -- Gives back claims their sender can no longer finish: PENDING and due at once, or FAILED when
