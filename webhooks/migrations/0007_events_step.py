@@ -8,7 +8,7 @@ from notifyqueue.sqlfile import database_objects_create
 
 class Migration(migrations.Migration):
 
-    dependencies = [("webhooks", "0005_expired_events")]
+    dependencies = [("webhooks", "0006_digested_events")]
 
     operations = [
         database_objects_create("webhooks/sql/functions/webhook_events_step.sql"),
