@@ -573,6 +573,10 @@ class RetentionRepository:
         """The database clock now, minus `older_than_s`."""
         return RETENTION_SQL.scalar("notifications_prune_cutoff", older_than_s=older_than_s)
 
+    def prune_digests(self, *, cutoff: datetime, limit: int) -> int:
+        """Deletes up to `limit` digest buckets closed before `cutoff`; returns how many."""
+        return RETENTION_SQL.execute("digests_prune_batch", cutoff=cutoff, limit=limit)
+
     def prune_batch(self, *, cutoff: datetime, after: ListPosition, scan: int) -> PruneStep:
         """Deletes finished rows among the next `scan` rows created before `cutoff`."""
         done = RETENTION_SQL.row(

@@ -1,6 +1,7 @@
 """Retention: deleting finished notifications older than a cutoff, in short batches. No ORM
 here. It deletes rows of every app that refer to a notification (attempts, webhook events,
-inbox messages, rate-limit records), so it is the highest app's.
+inbox messages, rate-limit records), so it is the highest app's; and the digest buckets closed
+before the cutoff.
 
 Invariants protected here:
 - retention deletes only finished rows, never one still waiting or whose webhook is still
@@ -64,3 +65,15 @@ def notifications_prune_step(
             cutoff.isoformat(),
         )
     return step
+
+
+def digests_prune_step(
+    *, cutoff: datetime, batch: int = PRUNE_BATCH, repository: RetentionRepository | None = None
+) -> int:
+    """One retention batch of digest buckets: deletes up to `batch` of those closed before
+    `cutoff` (an open or closing bucket stays). Call again until it deletes none."""
+    repository = repository or RetentionRepository()
+    deleted = repository.prune_digests(cutoff=cutoff, limit=batch)
+    if deleted:
+        log.info("digest buckets pruned count=%d cutoff=%s", deleted, cutoff.isoformat())
+    return deleted

@@ -542,6 +542,12 @@ class NotificationDigest(models.Model):
             ),
             # The admin's list of one client's buckets, newest first.
             models.Index(fields=["client", "-opened_at"], name="notification_digest_client"),
+            # Closed buckets by close time: what retention deletes once past its cutoff.
+            models.Index(
+                fields=["closed_at"],
+                name="notification_digest_closed",
+                condition=Q(state=DigestState.CLOSED),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -64,3 +64,15 @@ SELECT (SELECT count(*) FROM scanned) AS scanned,
        (SELECT count(*) FROM attempts_gone) AS attempts_deleted,
        (SELECT created_at FROM last) AS last_created_at,
        (SELECT id FROM last) AS last_id;
+
+-- name: digests_prune_batch
+-- One step of retention for digest buckets: deletes up to %(limit)s buckets closed before the
+-- cutoff, oldest first, through notification_digest_closed. Nothing refers to a bucket by key
+-- (a collected notification keeps the bucket's id as a plain value), and an open or closing
+-- bucket is never touched.
+DELETE FROM notification_digest
+ WHERE id IN (SELECT id FROM notification_digest
+               WHERE state = 'CLOSED' AND closed_at < %(cutoff)s
+               ORDER BY closed_at
+               LIMIT %(limit)s
+                 FOR UPDATE SKIP LOCKED);

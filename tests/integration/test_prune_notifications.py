@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from delivery.models import DeliveryAttempt, SimulatedProviderMessage
 from delivery.repositories import RETENTION_SQL as QUERIES
-from notifications.models import Notification, Status
+from notifications.models import Notification, NotificationDigest, Status
 from preferences.models import InboxMessage
 from ratelimits.models import RecipientDelivery
 from tests.support.factories import ClientFactory, NotificationFactory
@@ -225,3 +225,56 @@ def test_the_simulated_providers_records_of_a_pruned_row_go_with_it():
     assert list(SimulatedProviderMessage.objects.values_list("idempotency_key", flat=True)) == [
         f"{kept.id}:email"
     ]
+
+
+def digest_buckets(client, **at: timedelta) -> dict[str, uuid.UUID]:
+    """One bucket per name: `closed_<n>` closed that long ago, `open`/`closing` opened then."""
+    ids = {}
+    with connection.cursor() as cursor:
+        for name, age in at.items():
+            state = name.split("_")[0].upper()
+            ids[name] = uuid.uuid4()
+            cursor.execute(
+                """
+                INSERT INTO notification_digest (
+                    id, client_id, identity, digest_key, channel, recipient, template,
+                    opened_by, opened_at, closes_at, collected, state, digested, closed_at)
+                VALUES (%(id)s, %(client)s, gen_random_uuid(), %(name)s, 'email',
+                        'a@example.com', 'comment', gen_random_uuid(), now() - %(age)s,
+                        now() - %(age)s, 3, %(state)s,
+                        CASE WHEN %(state)s = 'CLOSED' THEN 3 END,
+                        CASE WHEN %(state)s = 'CLOSED' THEN now() - %(age)s END)
+                """,
+                {"id": ids[name], "client": client.id, "name": name, "age": age, "state": state},
+            )
+    return ids
+
+
+def test_digest_buckets_closed_before_the_cutoff_go_and_no_other():
+    client = ClientFactory()
+    ids = digest_buckets(
+        client,
+        closed_old=OLD,
+        closed_older=OLD * 2,
+        closed_recent=timedelta(days=29),
+        open_old=OLD,
+        closing_old=OLD,
+    )
+    output = prune("--older-than", "30d", "--batch", "1")
+    left = set(NotificationDigest.objects.values_list("id", flat=True))
+    assert left == {ids["closed_recent"], ids["open_old"], ids["closing_old"]}
+    assert "and 2 digest bucket(s) closed before it" in output
+
+
+def test_a_digest_bucket_batch_reads_only_the_closed_buckets_it_deletes():
+    client = ClientFactory()
+    digest_buckets(client, **{f"open_{n}": OLD for n in range(2000)})
+    digest_buckets(client, closed_old=OLD)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE notification_digest")
+        cursor.execute(
+            "EXPLAIN " + QUERIES["digests_prune_batch"],
+            {"cutoff": timezone.now() - timedelta(days=30), "limit": 1000},
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "notification_digest_closed" in plan, plan

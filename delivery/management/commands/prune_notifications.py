@@ -56,9 +56,13 @@ class Command(BaseCommand):
                     f"batch {batches}: deleted {step.deleted} of {step.scanned} scanned "
                     f"(created up to {position.created_at.isoformat()}), total {deleted}"
                 )
+            buckets = 0
+            while step_buckets := retention.digests_prune_step(cutoff=cutoff, batch=batch):
+                buckets += step_buckets
         except DomainError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(
             f"done: deleted {deleted} notification(s) finished before {cutoff.isoformat()} "
-            f"and {attempts} delivery attempt(s), in {batches} batch(es)"
+            f"and {attempts} delivery attempt(s), in {batches} batch(es), "
+            f"and {buckets} digest bucket(s) closed before it"
         )
