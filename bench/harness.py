@@ -1167,14 +1167,22 @@ def http_batch(
                 refused[worker] += size - statuses[201]
             n += 1
 
+    return run_loops(loop, config.batch_connections, created, refused)
+
+
+def run_loops(
+    loop: Callable[[int], None], count: int, good: Counter, bad: Counter
+) -> tuple[float, int, int]:
+    """Runs `loop(0)` ... `loop(count - 1)` on threads of their own until all return; returns
+    (what they counted in `good` per second, the sum of `bad`, the sum of `good`)."""
     started = time.monotonic()
-    threads = [threading.Thread(target=loop, args=(w,)) for w in range(config.batch_connections)]
+    threads = [threading.Thread(target=loop, args=(w,)) for w in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    total = sum(created.values())
-    return total / (time.monotonic() - started), sum(refused.values()), total
+    total = sum(good.values())
+    return total / (time.monotonic() - started), sum(bad.values()), total
 
 
 # Recipients (and so buckets) the digests run's creates are spread over.
@@ -1240,14 +1248,7 @@ def http_digests(
             else:
                 other[worker] += 1
 
-    started = time.monotonic()
-    threads = [threading.Thread(target=loop, args=(w,)) for w in range(config.connections)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    total = sum(collected.values())
-    return total / (time.monotonic() - started), sum(other.values()), total
+    return run_loops(loop, config.connections, collected, other)
 
 
 def http_receipts(config: Config, prefix: str, rows: int) -> tuple[float, int, int]:
@@ -1295,14 +1296,7 @@ def http_receipts(config: Config, prefix: str, rows: int) -> tuple[float, int, i
             else:
                 other[worker] += 1
 
-    started = time.monotonic()
-    threads = [threading.Thread(target=loop, args=(w,)) for w in range(config.connections)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    total = sum(applied.values())
-    return total / (time.monotonic() - started), sum(other.values()), total
+    return run_loops(loop, config.connections, applied, other)
 
 
 class Provider:
