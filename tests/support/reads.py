@@ -3,6 +3,8 @@ for tests that a statement reads by the index it should, and no more, whatever t
 
 from __future__ import annotations
 
+import time
+
 from django.db import connection
 
 Reads = dict[str, tuple[int, int]]
@@ -67,3 +69,25 @@ def pages_visited_by_relation() -> dict[str, int]:
             """
         )
         return dict(cursor.fetchall())
+
+
+def vacuum_after_every_snapshot(table: str, *, analyze: bool = False, wait_s: float = 60.0) -> None:
+    """VACUUM (ANALYZE) `table` once no other session holds a snapshot older than the changes
+    committed so far: a snapshot taken before them (autovacuum's ANALYZE of a table just filled,
+    another test's connection left in a transaction) keeps their old row versions, and so their
+    index entries, which the claims then step over as they would in production until the next
+    VACUUM. Waits at most `wait_s`, then vacuums anyway, so that a failure shows what was left."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_xact_id()::xid::text")  # after everything committed
+        [changes] = cursor.fetchone()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                "AND (age(backend_xmin) >= age(%(x)s::xid) OR age(backend_xid) >= age(%(x)s::xid))",
+                {"x": changes},
+            )
+            if cursor.fetchone()[0] == 0:
+                break
+            time.sleep(0.05)
+        cursor.execute(f"VACUUM {'ANALYZE ' if analyze else ''}{connection.ops.quote_name(table)}")
