@@ -152,6 +152,18 @@ def host_literal_refusal(host: str) -> str | None:
         return None  # a name, not an address: judged after resolution
 
 
+def _literal_addresses(host: str) -> list[str] | None:
+    """A host written as an IP address in its usual form is its own and only address: no
+    lookup (the resolver would answer the same). Any other spelling (a name, `127.1`, a
+    scoped IPv6 address) goes to the resolver."""
+    if "%" in host:
+        return None
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        return None
+
+
 def outbound_target_resolve(url: str, *, allow_private: bool) -> OutboundTarget:
     """Resolves the URL's host and checks every address it resolves to.
 
@@ -159,11 +171,13 @@ def outbound_target_resolve(url: str, *, allow_private: bool) -> OutboundTarget:
     public and private answers is refused rather than gambled on.
     """
     scheme, host, port = url_split(url)
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise OutboundUnresolved(f"cannot resolve {host}: {exc}") from exc
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    addresses = _literal_addresses(host)
+    if addresses is None:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise OutboundUnresolved(f"cannot resolve {host}: {exc}") from exc
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:
         raise OutboundUnresolved(f"{host} resolved to no address")
     if not allow_private:
@@ -526,20 +540,23 @@ def _read_bounded(response: HTTPResponse, limit: int) -> tuple[bytes, bool]:
 def _drain(conn: HTTPConnection, response: HTTPResponse, timeout_s: float) -> None:
     """Reads and drops a short unread body so the connection can carry the next request.
 
-    Only a body of known length up to _DRAIN_MAX_BYTES, and for at most `timeout_s` (its own
-    deadline: a server dripping it loses the connection, never the answer already read).
+    Only a body of known length up to _DRAIN_MAX_BYTES, each wait for it at most `timeout_s`;
+    the call's deadline, which watches this socket, bounds the whole drain. A body that does
+    not come costs the connection, never the answer already read.
     """
     remaining = response.length_remaining
-    if remaining is None or remaining > _DRAIN_MAX_BYTES or timeout_s <= 0:
+    sock = conn.sock
+    if remaining is None or remaining > _DRAIN_MAX_BYTES or timeout_s <= 0 or sock is None:
         return
-    with SocketDeadline(timeout_s) as deadline:
-        sock = conn.sock
-        deadline.watch(lambda: sock)
-        with contextlib.suppress(HTTPError, http.client.HTTPException, OSError):
-            while response.read(_READ_CHUNK_BYTES, decode_content=False):
-                pass
-    if deadline.expired:
+    kept_timeout = sock.gettimeout()
+    try:
+        sock.settimeout(timeout_s)
+        while response.read(_READ_CHUNK_BYTES, decode_content=False):
+            pass
+    except (HTTPError, http.client.HTTPException, OSError):
         conn.close()
+        return
+    sock.settimeout(kept_timeout)
 
 
 def _request_target(url: str) -> tuple[str, dict[str, str]]:
