@@ -209,7 +209,10 @@ class AttemptOutcome(models.TextChoices):
 class WebhookDeliveryAttempt(models.Model):
     """One POST of one event; `number` counts every attempt the event ever had, from 1."""
 
-    event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="attempts")
+    # Found by event through the unique (event, number) index: no index of the event alone.
+    event = models.ForeignKey(
+        WebhookEvent, on_delete=models.CASCADE, related_name="attempts", db_index=False
+    )
     claim_token = models.UUIDField(unique=True)
     number = models.PositiveIntegerField()
     url = models.CharField(max_length=2000)
