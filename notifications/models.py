@@ -278,11 +278,16 @@ class Notification(models.Model):
                 name="notification_recipient",
             ),
             # The rows a rate-limit deferral holds back, by recipient: what a freed slot lets
-            # forward (ratelimit_release_next, run for most admissions). Tiny, so its cost
-            # does not grow with the backlog, and it gives the function's cached generic plan
-            # a cheap path; without it the plan cache re-planned the look-up on every call.
+            # forward (ratelimit_release_next, run for most admissions), and, by (client,
+            # channel) and due time, the last slot a deferral handed out, which the next one
+            # continues from (notification_rate_defer_many) in one backward probe. Only held
+            # rows have an entry, and it gives the release's cached generic plan a cheap
+            # path; without it the plan cache re-planned the look-up on every call.
             models.Index(
                 recipient_digest(F("recipient")),
+                F("client"),
+                F("channel"),
+                F("due_at"),
                 name="notification_rate_held",
                 condition=Q(rate_deferred_from__isnull=False),
             ),
