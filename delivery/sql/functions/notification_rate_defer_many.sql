@@ -113,14 +113,15 @@ BEGIN
             -- The head of the client's pairs of the claimed rows' priorities: its first due
             -- rows in the claim's order, at most p_ahead a pair, whoever's they are.
             SELECT head.id
-            FROM (SELECT DISTINCT n.priority FROM notification AS n
+            FROM (SELECT DISTINCT n.priority::smallint AS priority FROM notification AS n
                   WHERE n.id = ANY (k.ids) AND n.priority > 0) AS pr
             CROSS JOIN LATERAL (
+                -- Equalities and a range, so that the range's end stops the walk of
+                -- queue_pending_client (a row comparison's end does not: the walk would go on
+                -- through the pair's rows held ahead, the backlog itself).
                 SELECT q.id, q.channel, q.recipient_digest FROM notification_queue AS q
-                WHERE q.status = 'PENDING'
-                  AND (q.priority, q.client_id, q.due_at)
-                      BETWEEN (pr.priority, k.client_id, '-infinity'::timestamptz)
-                          AND (pr.priority, k.client_id, at_now)
+                WHERE q.status = 'PENDING' AND q.priority = pr.priority
+                  AND q.client_id = k.client_id AND q.due_at <= at_now
                 ORDER BY q.priority, q.client_id, q.due_at, q.created_at
                 LIMIT p_ahead
             ) AS head

@@ -18,7 +18,10 @@ BEGIN
       AND w.channel = p_channel AND w.client_id = p_client
       AND w.status = 'PENDING' AND w.rate_deferred_from IS NOT NULL
       AND w.due_at > notifyqueue_now() AND w.id <> p_except
-    ORDER BY w.priority, w.created_at, w.id
+    -- The next slot's row: the deferrals give the slots out in claim order, so the earliest
+    -- due is the first in line, found at the start of the key's entries of
+    -- notification_rate_held, whatever the number held.
+    ORDER BY md5(w.recipient)::uuid, w.client_id, w.channel, w.due_at
     LIMIT 1;
     IF held IS NOT NULL THEN
         UPDATE notification AS n
