@@ -2695,9 +2695,9 @@ class Bench:
             "backlog-arriving",
             "the same while the held recipient gets a new notification every 5 s",
             "notifications/s",
-            note="each new row is claimed, refused by the limit and deferred, and the deferral "
-            "schedules the recipient's whole backlog again; the ratio column compares with "
-            "the drain without the held rows",
+            note="each new row is claimed, refused by the limit and deferred into the slot "
+            "after the last one handed out; the ratio column compares with the drain without "
+            "the held rows",
         )
         arriving.versus = "backlog-none"
         for r in range(c.repeats):

@@ -3,7 +3,8 @@ handed out: notification_rate_held gains (client, channel, due time) after the r
 digest, so that slot is one backward probe (delivery's notification_rate_defer_many). The
 admission and the release after failed attempts probe a key's held rows one row per key,
 never by a join that reads every held row, and a freed slot lets the key's earliest held row
-go, the first entry of its range."""
+go, the first entry of its range. The queue's index of a recipient's waiting rows, which the
+deferral read its whole backlog through, goes."""
 
 import django.db.models.functions.comparison
 import django.db.models.functions.text
@@ -20,6 +21,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RemoveIndex(
+            model_name='notificationqueue',
+            name='queue_pending_recipient',
+        ),
         migrations.RemoveIndex(
             model_name='notification',
             name='notification_rate_held',
