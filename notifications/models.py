@@ -264,7 +264,8 @@ class Notification(models.Model):
             # An operator's listing across every client, newest first.
             models.Index(fields=["-created_at", "-id"], name="notification_recent"),
             # Rows by recipient: the list's `recipient=` filter (a client's page comes off
-            # the index in order) and the admin's search. A btree keyed by the
+            # the index in order) and the admin's search (a deferral finds a key's waiting
+            # rows through the queue's queue_pending_recipient). A btree keyed by the
             # recipient's digest, never by the recipient: a btree
             # entry must fit in ~2.7 kB, and a hash index on `recipient` walks every page of
             # a recipient's bucket on each insert, so a create for a recipient with 300,000
@@ -277,16 +278,11 @@ class Notification(models.Model):
                 name="notification_recipient",
             ),
             # The rows a rate-limit deferral holds back, by recipient: what a freed slot lets
-            # forward (ratelimit_release_next, run for most admissions), and, by (client,
-            # channel) and due time, the last slot a deferral handed out, which the next one
-            # continues from (notification_rate_defer_many) in one backward probe. Only held
-            # rows have an entry, and it gives the release's cached generic plan a cheap
-            # path; without it the plan cache re-planned the look-up on every call.
+            # forward (ratelimit_release_next, run for most admissions). Tiny, so its cost
+            # does not grow with the backlog, and it gives the function's cached generic plan
+            # a cheap path; without it the plan cache re-planned the look-up on every call.
             models.Index(
                 recipient_digest(F("recipient")),
-                F("client"),
-                F("channel"),
-                F("due_at"),
                 name="notification_rate_held",
                 condition=Q(rate_deferred_from__isnull=False),
             ),
@@ -381,6 +377,16 @@ class NotificationQueue(models.Model):
     class Meta:
         db_table = "notification_queue"
         indexes = [
+            # A (channel, client, recipient) key's waiting rows by due time: where a rate-limit
+            # deferral continues the key's schedule from (the last slot it handed out, a
+            # backward probe) and the row a freed slot lets go (the earliest held). Only
+            # PENDING rows, so a claim writes no entry here; on the queue, not the record, so
+            # a retry's new due time leaves the record's update HOT.
+            models.Index(
+                fields=["recipient_digest", "client_id", "channel", "due_at"],
+                name="queue_pending_recipient",
+                condition=Q(status=Status.PENDING),
+            ),
             # The claim's loose index scan over the (priority, client) pairs that have waiting
             # rows, then each pair's due range (delivery/sql/queries.sql).
             models.Index(

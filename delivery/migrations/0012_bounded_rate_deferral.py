@@ -11,7 +11,7 @@ from notifyqueue.sqlfile import database_objects_create, database_objects_reload
 class Migration(migrations.Migration):
     dependencies = [
         ("delivery", "0011_digests"),
-        ("notifications", "0012_rate_held_by_due_time"),
+        ("notifications", "0012_deferral_by_due_time"),
     ]
 
     operations = [

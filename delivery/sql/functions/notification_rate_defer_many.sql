@@ -12,9 +12,10 @@
 --   back are moved by later deferrals, when claims reach them;
 -- * the slots: the window's newest `limit` deliveries t_0 <= ... <= t_{N-1} give the slots
 --   t_k + window * m (m >= 1). Earlier deferrals handed out the slots up to the latest due
---   time among the key's held rows (one probe of notification_rate_held: the anchor, with the
---   number of held rows at exactly that time); the moved rows take the next free slots from
---   there, one each, in claim order. A key with no held row starts at the window's first slot.
+--   time among the key's held rows (a backward probe of queue_pending_recipient: the anchor,
+--   with the number of held rows at exactly that time); the moved rows take the next free
+--   slots from there, one each, in claim order. A key with no held row starts at the
+--   window's first slot.
 -- A row keeps the time it had of its own when that is later (its send_at or retry backoff,
 -- kept in rate_deferred_from while a deferral holds it later), and with the ceiling on waits
 -- for the address's slot too. The check at claim time stays the authority; this schedule
@@ -60,25 +61,33 @@ BEGIN
             SELECT count(*) = p_limit AS is_full FROM slot
         ), held AS (
             -- The latest slot an earlier deferral handed out (NULL: none waits) and how many
-            -- held rows have exactly that time: one backward probe of notification_rate_held
-            -- per spelling, then the rows at that time.
+            -- held rows have exactly that time: a backward walk of the key's waiting rows by
+            -- due time (queue_pending_recipient) to the first held one (past only rows the
+            -- client itself scheduled later), then the held rows at that time.
             SELECT anchor.at,
-                   (SELECT count(*) FROM notification AS h
-                    WHERE md5(h.recipient)::uuid = ANY (ARRAY(SELECT md5(r)::uuid
-                                                              FROM unnest(k.recipients) AS r))
-                      AND h.client_id = k.client_id AND h.channel = k.channel
-                      AND h.rate_deferred_from IS NOT NULL AND h.due_at = anchor.at
-                      AND h.status = 'PENDING' AND h.recipient = ANY (k.recipients)) AS taken
+                   (SELECT count(*) FROM notification_queue AS q
+                    WHERE q.status = 'PENDING'
+                      AND q.recipient_digest = ANY (ARRAY(SELECT md5(r)::uuid
+                                                          FROM unnest(k.recipients) AS r))
+                      AND q.client_id = k.client_id AND q.channel = k.channel
+                      AND q.due_at = anchor.at
+                      AND (SELECT h.rate_deferred_from IS NOT NULL
+                                  AND h.recipient = ANY (k.recipients)
+                           FROM notification AS h WHERE h.id = q.id)) AS taken
             FROM (SELECT max(latest.due_at) AS at
                   FROM unnest(k.recipients) AS r(recipient)
                   CROSS JOIN LATERAL (
-                      SELECT h.due_at FROM notification AS h
-                      WHERE md5(h.recipient)::uuid = md5(r.recipient)::uuid
-                        AND h.client_id = k.client_id AND h.channel = k.channel
-                        AND h.rate_deferred_from IS NOT NULL
-                        AND h.status = 'PENDING' AND h.recipient = r.recipient
-                      ORDER BY md5(h.recipient)::uuid DESC, h.client_id DESC, h.channel DESC,
-                               h.due_at DESC
+                      -- The record checked by a subquery a queue row, not a join: a join
+                      -- could start from the record's held rows and read all of them.
+                      SELECT q.due_at FROM notification_queue AS q
+                      WHERE q.status = 'PENDING'
+                        AND q.recipient_digest = md5(r.recipient)::uuid
+                        AND q.client_id = k.client_id AND q.channel = k.channel
+                        AND (SELECT h.rate_deferred_from IS NOT NULL
+                                    AND h.recipient = r.recipient
+                             FROM notification AS h WHERE h.id = q.id)
+                      ORDER BY q.recipient_digest DESC, q.client_id DESC, q.channel DESC,
+                               q.due_at DESC
                       LIMIT 1) AS latest) AS anchor
         ), free AS (
             -- Each slot's first time at or after the anchor, in time order: the free slots
