@@ -77,8 +77,8 @@ BEGIN
             FROM (SELECT max(latest.due_at) AS at
                   FROM unnest(k.recipients) AS r(recipient)
                   CROSS JOIN LATERAL (
-                      -- The record checked by a subquery a queue row, not a join: a join
-                      -- could start from the record's held rows and read all of them.
+                      -- Each queue row's record is checked by a subquery, not a join: a
+                      -- join could start from the record's held rows and read all of them.
                       SELECT q.due_at FROM notification_queue AS q
                       WHERE q.status = 'PENDING'
                         AND q.recipient_digest = md5(r.recipient)::uuid
@@ -158,8 +158,10 @@ BEGIN
               AND n.send_at <= at_now AND n.due_at <= at_now
               AND n.digest_bucket_id IS NULL AND n.rate_deferred_from IS NULL
         ), schedule AS (
-            SELECT m.id, m.claimed, m.own_due_at,
-                   greatest(m.own_due_at,
+            -- Row i of the chunk, in claim order, after the anchor's slots already taken: the
+            -- (i mod N)-th free slot, (i div N) windows later.
+            SELECT place.id, place.claimed, place.own_due_at,
+                   greatest(place.own_due_at,
                             CASE WHEN (SELECT fw.is_full FROM full_window AS fw)
                                  THEN f.at + make_interval(secs => p_window_s * (place.i / p_limit))
                                  ELSE at_now
@@ -170,7 +172,6 @@ BEGIN
                                      coalesce((SELECT max(fr.at_anchor) FROM free AS fr), 0))
                              AS i
                   FROM moving AS m) AS place
-            JOIN moving AS m ON m.id = place.id
             LEFT JOIN free AS f ON f.r = place.i % p_limit
         ), others AS (
             UPDATE notification AS n

@@ -12,7 +12,7 @@ BEGIN
     -- The next slot's row: the deferrals give the slots out in claim order, so the key's
     -- earliest held row is the first in line, found by a walk of the key's waiting rows by due
     -- time (queue_pending_recipient) from now, whatever the number held.
-    -- The record is checked by a subquery a queue row, not a join: a join could start from
+    -- Each queue row's record is checked by a subquery, not a join: a join could start from
     -- the record's held rows and read all of them.
     SELECT q.id INTO held
     FROM notification_queue AS q
