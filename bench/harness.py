@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import dataclasses
 import hashlib
 import hmac
 import http.client
@@ -64,6 +63,8 @@ SQL_HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 BENCH_MAX_PENDING = 100_000_000
 # Clients in the second webhook run (the first has one).
 WEBHOOK_CLIENTS = 4
+# The rate limit the workers run with here: the service's default (notifyqueue/settings.py).
+BACKLOG_LIMIT, BACKLOG_WINDOW_S = 10, 3600.0
 BENCH_SECRET_KEY = secrets.token_urlsafe(50)
 
 
@@ -2613,9 +2614,10 @@ class Bench:
         `drain_rows` rows (one worker, simulated provider, every row its own recipient) with
         no backlog, then beside one recipient of another client with `backlog_held` rows held
         by its rate limit (the default 10 an hour). The held rows are made as production
-        makes them: written due now, then a worker claims the first of them, sends ten and
-        defers the rest, which schedules the recipient's whole backlog one slot apart, hours
-        ahead (notification_rate_defer)."""
+        makes them: written due now, then a worker claims them, sends ten and defers the
+        rest, a bounded chunk a step, each row into its slot, one slot apart, years ahead
+        (notification_rate_defer_many). Then the time of one deferral beside them: a new row
+        for the recipient, claimed and deferred."""
         c = self.config
         plain = self.figure(
             "backlog-none",
@@ -2651,10 +2653,8 @@ class Bench:
                 [backlogged.client_id, recipient, c.backlog_held],
             )
             vacuum_analyze(conn)
-            # One row a claim: a claim of 250 of them would defer 240 one by one, and each
-            # deferral schedules the whole backlog again (seconds each at 100,000 rows).
             processes = workers_start(
-                dataclasses.replace(c, worker_batch=1),
+                c,
                 self.server,
                 1,
                 until_empty=False,
@@ -2676,7 +2676,17 @@ class Bench:
                 [backlogged.client_id],
             ).fetchone()
             vacuum_analyze(conn)
-        log(f"backlog: {waiting:,} rows held, the first due in {first_due}")
+            log(f"backlog: {waiting:,} rows held, the first due in {first_due}")
+            deferral = self.figure(
+                "backlog-defer",
+                f"one deferral of a new row beside the {waiting:,} held rows",
+                "ms",
+                note="a row for the held recipient, claimed, then deferred through "
+                "notification_rate_defer (the rate limiter's statement for one claim)",
+            )
+            for r in range(c.repeats):
+                deferral.ours.append(self.backlog_deferral_ms(conn, backlogged, recipient, r))
+                log(f"{deferral.name}: {deferral.ours[-1]:,.1f} ms")
         for r in range(c.repeats):
             rate = self.drain_ours(f"bkdrain{r}h", 1)
             held.ours.append(rate)
@@ -2685,9 +2695,9 @@ class Bench:
             "backlog-arriving",
             "the same while the held recipient gets a new notification every 5 s",
             "notifications/s",
-            note="each new row is claimed, refused by the limit and deferred, and the deferral "
-            "schedules the recipient's whole backlog again; the ratio column compares with "
-            "the drain without the held rows",
+            note="each new row is claimed, refused by the limit and deferred into the slot "
+            "after the last one handed out; the ratio column compares with the drain without "
+            "the held rows",
         )
         arriving.versus = "backlog-none"
         for r in range(c.repeats):
@@ -2721,6 +2731,30 @@ class Bench:
                 arrivals.join(10)
             arriving.ours.append(rate)
             log(f"{arriving.name}: {rate:,.0f}/s, load average {os.getloadavg()[0]:.1f}")
+
+    def backlog_deferral_ms(self, conn, client, recipient: str, r: int) -> float:
+        """A new row for the held recipient, claimed (nothing else is due) and deferred by the
+        rate limiter's statement for one claim at the backlog run's limit; milliseconds."""
+        conn.execute(
+            """
+            INSERT INTO notification (id, client_id, idempotency_key, request_fingerprint,
+                channel, recipient, subject, body, priority, metadata, fallback_channels,
+                status, send_at, due_at, attempt_count, max_attempts, operator_retries,
+                created_at, updated_at)
+            VALUES (gen_random_uuid(), %s, %s, '', 'email', %s, 'Hi', 'Body', 2, '{}', '[]',
+                    'PENDING', now(), now(), 0, 6, 0, now(), now())
+            """,
+            [client.client_id, f"heldtimed{r}", recipient],
+        )
+        row_id, token = conn.execute(
+            "SELECT id, claim_token FROM notification_claim_due_many(1, 'bench', 30)"
+        ).fetchone()
+        started = time.perf_counter()
+        conn.execute(
+            "SELECT due_at FROM notification_rate_defer('email', %s, %s, %s, %s, %s, %s)",
+            [client.client_id, recipient, row_id, token, BACKLOG_LIMIT, BACKLOG_WINDOW_S],
+        ).fetchone()
+        return (time.perf_counter() - started) * 1000
 
     def scale(self, r: int) -> None:
         """The same drain at 1, 2, 4 ... worker processes, every one through one PgBouncer in

@@ -264,8 +264,8 @@ class Notification(models.Model):
             # An operator's listing across every client, newest first.
             models.Index(fields=["-created_at", "-id"], name="notification_recent"),
             # Rows by recipient: the list's `recipient=` filter (a client's page comes off
-            # the index in order) and the admin's search (a deferral finds a recipient's
-            # waiting rows through the queue's queue_pending_recipient). A btree keyed by the
+            # the index in order) and the admin's search (a deferral finds a key's waiting
+            # rows through the queue's queue_pending_recipient). A btree keyed by the
             # recipient's digest, never by the recipient: a btree
             # entry must fit in ~2.7 kB, and a hash index on `recipient` walks every page of
             # a recipient's bucket on each insert, so a create for a recipient with 300,000
@@ -366,7 +366,8 @@ class NotificationQueue(models.Model):
     # index below holds only the claims in flight.
     claimed_by = models.CharField(max_length=200, null=True)
     # A PENDING row's md5(recipient)::uuid (`recipient_digest`); NULL in any other status, so a
-    # claim computes none.
+    # claim computes none. A rate-limit deferral tells the key's rows at the head of the
+    # client's due range by it without reading their records.
     recipient_digest = models.UUIDField(null=True)
     # The record's expiry and md5(cancellation_key)::uuid (`cancellation_digest`), copied at
     # insert; neither ever changes, so they cost the claim and the finish nothing.
@@ -376,11 +377,13 @@ class NotificationQueue(models.Model):
     class Meta:
         db_table = "notification_queue"
         indexes = [
-            # A recipient's waiting rows, which a rate-limit deferral schedules
-            # (ratelimits/sql/ratelimits.sql): only PENDING rows, so the deferral's cost is
-            # the recipient's backlog, not its history, and a claim writes no entry here.
+            # A (channel, client, recipient) key's waiting rows by due time: where a rate-limit
+            # deferral continues the key's schedule from (the last slot it handed out, a
+            # backward probe) and the row a freed slot lets go (the earliest held). Only
+            # PENDING rows, so a claim writes no entry here; on the queue, not the record, so
+            # a retry's new due time leaves the record's update HOT.
             models.Index(
-                fields=["recipient_digest"],
+                fields=["recipient_digest", "client_id", "channel", "due_at"],
                 name="queue_pending_recipient",
                 condition=Q(status=Status.PENDING),
             ),

@@ -8,7 +8,8 @@ Invariants protected here:
 - a key's check-and-record is serialised by a transaction-level advisory lock on the key, so
   two workers cannot both take its last slot;
 - a deferred notification goes back to PENDING with its attempt returned, due when a slot
-  frees, and only if the caller still holds its claim;
+  frees, and only if the caller still holds its claim; a deferral moves a bounded number of
+  the key's rows, whatever its backlog;
 - a freed slot (a failed attempt, a slot left over) lets the next held row of its key go;
 - every time is the database's (notifyqueue_now()), never the caller's clock.
 """
@@ -59,6 +60,14 @@ class AdmissionRequest:
 
 
 @dataclass(frozen=True)
+class _DeferManyRow:
+    """ratelimit_defer_many's row: one deferred claim, and when it is due."""
+
+    notification_id: uuid.UUID
+    due_at: datetime
+
+
+@dataclass(frozen=True)
 class _AdmitManyRow:
     """ratelimit_admit_many's row: one claimed row, and whether it was admitted."""
 
@@ -91,42 +100,55 @@ class RateLimitRepository:
         )
         return {r.notification_id for r in rows if r.admitted}
 
-    def recipient_admit(
+    def recipients_defer(
         self,
         *,
-        channel: str,
-        client_id: uuid.UUID,
-        recipient: str,
-        notification_id: uuid.UUID,
-        claim_token: uuid.UUID,
-        critical: bool,
+        claims: list[AdmissionRequest],
         limit: int,
         window_s: float,
         ceiling: int = 0,
-    ) -> Admission:
-        """Records a delivery for the recipient if it has a slot (CRITICAL always has one);
-        otherwise defers the notification to the moment a slot frees."""
-        params = {
-            "channel": channel,
-            "client_id": client_id,
-            "recipient": recipient,
-            "recipient_key": recipient_key(channel, recipient),
-            "notification_id": notification_id,
-            "claim_token": claim_token,
-            "critical": critical,
-            "limit": limit,
-            "ceiling": ceiling,
-            "window_s": window_s,
-        }
-        if SQL.scalar("ratelimit_admit", **params):
-            return Admitted()
-        # At the limit. Check again inside a transaction, whose advisory lock then stays held
-        # until the deferral (computed from what is committed now) is written.
+        ahead: int,
+    ) -> dict[uuid.UUID, Admission]:
+        """The claims `recipients_admit` left out, in one transaction: checked again under
+        their keys' locks (a slot may have freed since), and those still over their limits
+        deferred in one statement for all their keys, to the moment a slot frees for each.
+        Each key's deferral moves its claimed rows and its rows among the first `ahead` due
+        rows of the client's pairs, whatever its backlog. A claim neither admitted nor
+        deferred was lost meanwhile (expired and taken over): `ClaimLost`."""
+        if not claims:
+            return {}
+        # The admission's locks stay held until the deferral (computed from what is committed
+        # now) is written.
         with transaction.atomic():
-            if SQL.scalar("ratelimit_admit", **params):
-                return Admitted()
-            deferred = SQL.row("ratelimit_defer", row=Deferred, **params)
-        return deferred if deferred is not None else ClaimLost()
+            admitted = self.recipients_admit(
+                claims=claims, limit=limit, window_s=window_s, ceiling=ceiling
+            )
+            over = [c for c in claims if c.notification_id not in admitted]
+            rows = (
+                SQL.rows(
+                    "ratelimit_defer_many",
+                    row=_DeferManyRow,
+                    channels=[c.channel for c in over],
+                    client_ids=[c.client_id for c in over],
+                    recipients=[c.recipient for c in over],
+                    recipient_keys=[recipient_key(c.channel, c.recipient) for c in over],
+                    ids=[c.notification_id for c in over],
+                    claim_tokens=[c.claim_token for c in over],
+                    limit=limit,
+                    ceiling=ceiling,
+                    window_s=window_s,
+                    ahead=ahead,
+                )
+                if over
+                else []
+            )
+        deferred = {r.notification_id: Deferred(r.due_at) for r in rows}
+        return {
+            c.notification_id: Admitted()
+            if c.notification_id in admitted
+            else deferred.get(c.notification_id, ClaimLost())
+            for c in claims
+        }
 
     def ratelimit_release_freed(self, freed: list[tuple[str, uuid.UUID, str, uuid.UUID]]) -> None:
         """For each (channel, client, recipient, notification) whose failed attempt freed a

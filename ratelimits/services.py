@@ -15,6 +15,12 @@ from typing import Protocol
 from notifyqueue.vocabulary import Priority
 from ratelimits.repositories import Admission, AdmissionRequest, Admitted, RateLimitRepository
 
+# Rows of the client's due range (per priority) a deferral looks through for the key's rows
+# in the way, beyond the claimed ones: what one deferral may read and move, whatever the
+# backlog. A backlog of B due rows in front of the client's other recipients leaves their way
+# in at most ceil(B / DEFER_AHEAD_ROWS) deferrals.
+DEFER_AHEAD_ROWS = 1000
+
 
 @dataclass(frozen=True)
 class RateLimit:
@@ -22,6 +28,7 @@ class RateLimit:
     window_s: float
     # The service-wide ceiling per address across clients; 0 is off.
     ceiling: int = 0
+    defer_ahead: int = DEFER_AHEAD_ROWS
 
 
 class Admittable(Protocol):
@@ -46,38 +53,32 @@ class Admittable(Protocol):
 def recipients_admit(
     claims: list[Admittable], *, rate_limit: RateLimit, repository: RateLimitRepository
 ) -> dict[uuid.UUID, Admission]:
-    """Each claimed row's admission. The whole claim is admitted in one statement; only a row
-    whose key was at its limit then takes a round trip of its own, to check again under its
-    key's lock and defer (see `recipient_admit`)."""
+    """Each claimed row's admission. The whole claim is admitted in one statement; the rows
+    whose keys were at their limits are then checked again under their keys' locks and the
+    rest deferred, all of them in one transaction of two statements (see
+    `RateLimitRepository.recipients_defer`): however many over-limit rows a claim holds, and
+    of however many keys, one deferral."""
+    requests = [_request(claim) for claim in claims]
     admitted = repository.recipients_admit(
-        claims=[_request(claim) for claim in claims],
+        claims=requests,
         limit=rate_limit.limit,
         window_s=rate_limit.window_s,
         ceiling=rate_limit.ceiling,
     )
-    return {
-        claim.id: Admitted()
-        if claim.id in admitted
-        else recipient_admit(claim, rate_limit=rate_limit, repository=repository)
-        for claim in claims
-    }
+    settled = repository.recipients_defer(
+        claims=[r for r in requests if r.notification_id not in admitted],
+        limit=rate_limit.limit,
+        window_s=rate_limit.window_s,
+        ceiling=rate_limit.ceiling,
+        ahead=rate_limit.defer_ahead,
+    )
+    return {claim.id: Admitted() if claim.id in admitted else settled[claim.id] for claim in claims}
 
 
 def recipient_admit(
     claim: Admittable, *, rate_limit: RateLimit, repository: RateLimitRepository
 ) -> Admission:
-    request = _request(claim)
-    return repository.recipient_admit(
-        channel=request.channel,
-        client_id=request.client_id,
-        recipient=request.recipient,
-        notification_id=request.notification_id,
-        claim_token=request.claim_token,
-        critical=request.critical,
-        limit=rate_limit.limit,
-        window_s=rate_limit.window_s,
-        ceiling=rate_limit.ceiling,
-    )
+    return recipients_admit([claim], rate_limit=rate_limit, repository=repository)[claim.id]
 
 
 def _request(claim: Admittable) -> AdmissionRequest:

@@ -15,8 +15,14 @@ from delivery.repositories import DeliveryRepository
 from notifications.models import Notification, Priority, Status
 from notifyqueue.addresses import recipient_key
 from ratelimits.models import RecipientDelivery
-from ratelimits.repositories import ClaimLost, RateLimitRepository
-from ratelimits.services import RateLimit
+from ratelimits.repositories import (
+    Admission,
+    AdmissionRequest,
+    Admitted,
+    ClaimLost,
+    RateLimitRepository,
+)
+from ratelimits.services import DEFER_AHEAD_ROWS, RateLimit
 from tests.support.delivery_helpers import FakeClock, simulated_providers, step_until_idle
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.operator_helpers import notifications_insert_bulk
@@ -50,6 +56,19 @@ def limited_worker(clock, *, limit=10, batch_size=100, concurrency=4, prune_batc
 def clock():
     clock = FakeClock(timezone.now() + timedelta(seconds=1))
     return clock
+
+
+def recipient_admit_one(*, limit: int, window_s: float, ceiling: int = 0, **claim) -> Admission:
+    """One claimed row's admission as the worker's is made: admitted if its key has a slot,
+    else checked again under the key's lock and deferred (or lost)."""
+    request = AdmissionRequest(**claim)
+    limits = RateLimitRepository()
+    if limits.recipients_admit(claims=[request], limit=limit, window_s=window_s, ceiling=ceiling):
+        return Admitted()
+    settled = limits.recipients_defer(
+        claims=[request], limit=limit, window_s=window_s, ceiling=ceiling, ahead=DEFER_AHEAD_ROWS
+    )
+    return settled[request.notification_id]
 
 
 def rate_key(recipient: str, *, client_id, channel: str = "email") -> bytes:
@@ -218,7 +237,6 @@ def test_two_workers_racing_for_the_last_slot_send_once(clock):
     """Nine deliveries in the window, two claims for the same recipient checked at the same
     moment from two connections: exactly one is admitted, 25 times over."""
     repo = DeliveryRepository()
-    limits = RateLimitRepository()
     client = ClientFactory()
     for round_number in range(25):
         recipient = f"race{round_number}@example.com"
@@ -233,7 +251,7 @@ def test_two_workers_racing_for_the_last_slot_send_once(clock):
 
         def admit(i, barrier, claims=claims, recipient=recipient):
             barrier.wait()
-            return limits.recipient_admit(
+            return recipient_admit_one(
                 channel="email",
                 client_id=client.id,
                 recipient=recipient,
@@ -290,7 +308,7 @@ def test_a_lost_claim_is_not_deferred(clock):
     notification = NotificationFactory(client=client, recipient=recipient)
     import uuid
 
-    result = RateLimitRepository().recipient_admit(
+    result = recipient_admit_one(
         channel="email",
         client_id=client.id,
         recipient=recipient,
@@ -665,12 +683,12 @@ def test_the_admissions_kept_plan_reads_each_keys_window_through_its_own_index(c
 
 
 def test_a_deferral_reads_the_recipients_backlog_not_its_history():
-    """A deferral schedules the recipient's waiting rows. It found them among every row the
-    recipient ever had, through the record's recipient index, and read each to check its
-    status: a recipient at its limit with a long history (a monitoring inbox, one push token)
-    made every deferral read all of it, in the worker's loop under the key's lock. The queue's
-    PENDING rows by recipient (queue_pending_recipient) and the claims in flight are all it
-    reads now: the pages it visits do not grow with the 5,000 delivered rows here."""
+    """A deferral schedules the recipient's waiting rows. Found among every row the recipient
+    ever had, through the record's recipient index, a recipient at its limit with a long
+    history (a monitoring inbox, one push token) would make every deferral read all of it, in
+    the worker's loop under the key's lock. The head of the client's due range and the held
+    rows' index are all it reads: the pages it visits do not grow with the 5,000 delivered
+    rows here."""
     import uuid
 
     from django.db import connection, transaction
@@ -698,18 +716,21 @@ def test_a_deferral_reads_the_recipients_backlog_not_its_history():
         claim_expires_at=timezone.now() + timedelta(minutes=5),
         attempt_count=1,
     )
-    statement = queries_load(SQL.path)["ratelimit_defer"]
+    sent = NotificationFactory.create_batch(2, client=client, recipient=recipient, status="SENT")
+    for row in sent:  # the window full: the rows go a window and more ahead
+        window_fill(recipient, row, timezone.now())
+    statement = queries_load(SQL.path)["ratelimit_defer_many"]
     params = {
-        "channel": "email",
-        "client_id": client.id,
-        "recipient": recipient,
-        "recipient_key": recipient,
-        "notification_id": claimed.id,
-        "claim_token": token,
-        "critical": False,
+        "channels": ["email"],
+        "client_ids": [client.id],
+        "recipients": [recipient],
+        "recipient_keys": [recipient],
+        "ids": [claimed.id],
+        "claim_tokens": [token],
         "limit": 2,
         "ceiling": 0,
         "window_s": WINDOW_S,
+        "ahead": DEFER_AHEAD_ROWS,
     }
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE notification")
@@ -718,12 +739,14 @@ def test_a_deferral_reads_the_recipients_backlog_not_its_history():
         before = pages_visited_by_relation()
         cursor.execute(statement, params)
         after = pages_visited_by_relation()
-        cursor.execute("SELECT id, due_at FROM notification WHERE status = 'PENDING'")
-        scheduled = dict(cursor.fetchall())
+        cursor.execute(
+            "SELECT id FROM notification WHERE status = 'PENDING' AND due_at > notifyqueue_now()"
+        )
+        scheduled = {row_id for (row_id,) in cursor.fetchall()}
         transaction.set_rollback(True)
 
-    # It did its work: the claimed row and the three waiting ones all have a schedule.
-    assert set(scheduled) == {claimed.id, *(n.id for n in waiting)}
+    # It did its work: the claimed row and the three waiting ones all have a slot ahead.
+    assert scheduled == {claimed.id, *(n.id for n in waiting)}
     # The pages of the record and of its recipient index it visited, its triggers' included:
     # 40 here. A walk of the recipient's rows through that index reads every page holding one
     # of them, hundreds for the 5,000 delivered here, and more as the history grows.
@@ -791,9 +814,10 @@ def test_the_workers_prune_keeps_pace_with_what_it_admitted(clock, workers):
 
 def test_a_deferral_schedules_the_waiting_rows_behind_another_workers_claim(clock):
     """Limit 1, its slot taken: A is claimed and deferred while B, created after it, is held
-    by another worker's claim not yet admitted, and C waits. B counts in the schedule (its
-    admission will be deferred to the next slot), so C is due a slot after B's, not in it,
-    where it would only be claimed and deferred again."""
+    by another worker's claim not yet admitted, and C waits. A's deferral gives A and C the
+    next two slots; B's, when its worker finds the key full, continues from the last slot
+    handed out, so B takes the third, not one of theirs, where it would only be claimed and
+    deferred again: each row is deferred once."""
     client = ClientFactory()
     recipient = "ada@example.com"
     window_fill(recipient, NotificationFactory(client=client, status=Status.SENT), clock.now)
@@ -812,7 +836,7 @@ def test_a_deferral_schedules_the_waiting_rows_behind_another_workers_claim(cloc
             attempt_count=1,
         )
 
-    deferred = RateLimitRepository().recipient_admit(
+    deferred = recipient_admit_one(
         channel="email",
         client_id=client.id,
         recipient=recipient,
@@ -826,4 +850,16 @@ def test_a_deferral_schedules_the_waiting_rows_behind_another_workers_claim(cloc
     window = timedelta(seconds=WINDOW_S)
     assert deferred.due_at == clock.now + window  # A: the first free slot
     c.refresh_from_db()
-    assert c.due_at == clock.now + 3 * window  # B takes the second; C the third
+    assert c.due_at == clock.now + 2 * window  # C: the second
+
+    deferred = recipient_admit_one(
+        channel="email",
+        client_id=client.id,
+        recipient=recipient,
+        notification_id=b.id,
+        claim_token=tokens[b.id],
+        critical=False,
+        limit=1,
+        window_s=WINDOW_S,
+    )
+    assert deferred.due_at == clock.now + 3 * window  # B: the third

@@ -87,6 +87,7 @@ class Limits:
     def __init__(self, full: frozenset[str] = frozenset(), error: Exception | None = None):
         self.full, self.error = full, error
         self.whole_claim_calls: list[int] = []
+        self.deferral_calls: list[int] = []
 
     def recipients_admit(self, *, claims, limit, window_s, ceiling=0):
         self.whole_claim_calls.append(len(claims))
@@ -94,8 +95,10 @@ class Limits:
             raise self.error
         return {c.notification_id for c in claims if c.recipient not in self.full}
 
-    def recipient_admit(self, **kwargs):
-        return Deferred(LATER)
+    def recipients_defer(self, *, claims, limit, window_s, ceiling=0, ahead):
+        if claims:
+            self.deferral_calls.append(len(claims))
+        return {c.notification_id: Deferred(LATER) for c in claims}
 
 
 class QuietHours:
@@ -378,6 +381,18 @@ def test_the_rate_limit_admits_a_whole_claim_in_one_call_and_counts_it_towards_t
     assert limits.whole_claim_calls == [4]
     assert ended.deferred == 1
     assert pruner.admitted == 3 and pruner.due
+
+
+def test_the_rate_limit_defers_a_claims_over_limit_rows_of_every_key_in_one_call():
+    """Ten over-limit rows of one recipient and two of another: one deferral for the twelve,
+    never one a row."""
+    busy, full = "busy@example.com", "full@example.com"
+    limits, ended = Limits(full=frozenset({busy, full})), Ended()
+    stage, _ = rate_limit_stage(limits, ended)
+    claims = [claim(recipient=r) for r in [busy] * 10 + [full] * 2] + [claim()]
+    assert stage.passing(claims) == [claims[-1]]
+    assert limits.deferral_calls == [12]
+    assert ended.deferred == 12
 
 
 def test_a_failed_admission_of_one_claim_is_a_failed_check_for_it():

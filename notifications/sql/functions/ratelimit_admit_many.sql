@@ -125,9 +125,12 @@ BEGIN
         ) AS last
         WHERE NOT last.critical
           -- Only a key with a held row has anything to release (notification_rate_held).
-          AND EXISTS (SELECT 1 FROM notification AS w
-                      WHERE md5(w.recipient)::uuid = md5(last.recipient)::uuid
-                        AND w.recipient = last.recipient AND w.rate_deferred_from IS NOT NULL)
+          -- A probe of one row per key: as an EXISTS, the kept plan made it a join that read
+          -- every held row of every recipient to find the claim's.
+          AND (SELECT true FROM notification AS w
+               WHERE md5(w.recipient)::uuid = md5(last.recipient)::uuid
+                 AND w.recipient = last.recipient AND w.rate_deferred_from IS NOT NULL
+               LIMIT 1)
         -- Kept apart from the count below, which then runs only for the keys found here.
         OFFSET 0
     ) AS held

@@ -15,7 +15,10 @@ BEGIN
     PERFORM ratelimit_release_next(f.channel, f.client_id, f.recipient, f.id)
     FROM unnest(p_channels::text[], p_client_ids::uuid[], p_recipients::text[], p_ids::uuid[])
          AS f(channel, client_id, recipient, id)
-    WHERE EXISTS (SELECT 1 FROM notification AS w
-                  WHERE md5(w.recipient)::uuid = md5(f.recipient)::uuid
-                    AND w.recipient = f.recipient AND w.rate_deferred_from IS NOT NULL);
+    -- One row per key, as in the admission (not an EXISTS, which a plan may make a join
+    -- reading every held row).
+    WHERE (SELECT true FROM notification AS w
+           WHERE md5(w.recipient)::uuid = md5(f.recipient)::uuid
+             AND w.recipient = f.recipient AND w.rate_deferred_from IS NOT NULL
+           LIMIT 1);
 END $function$;

@@ -9,16 +9,22 @@ DECLARE
 BEGIN
     -- Look first, update only what was found: an UPDATE opens every index of the table even
     -- when it changes nothing, and most keys have no held row.
-    SELECT w.id INTO held
-    FROM notification AS w
-    WHERE md5(w.recipient)::uuid = md5(p_recipient)::uuid AND w.recipient = p_recipient
+    -- The next slot's row: the deferrals give the slots out in claim order, so the key's
+    -- earliest held row is the first in line, found by a walk of the key's waiting rows by due
+    -- time (queue_pending_recipient) from now, whatever the number held.
+    -- Each queue row's record is checked by a subquery, not a join: a join could start from
+    -- the record's held rows and read all of them.
+    SELECT q.id INTO held
+    FROM notification_queue AS q
+    WHERE q.status = 'PENDING' AND q.recipient_digest = md5(p_recipient)::uuid
       -- The key's own rows: a window is per (channel, client, recipient). A row spelling the
       -- recipient differently (another case) shares the window but is not found here; it goes
       -- at its scheduled slot.
-      AND w.channel = p_channel AND w.client_id = p_client
-      AND w.status = 'PENDING' AND w.rate_deferred_from IS NOT NULL
-      AND w.due_at > notifyqueue_now() AND w.id <> p_except
-    ORDER BY w.priority, w.created_at, w.id
+      AND q.client_id = p_client AND q.channel = p_channel AND q.due_at > notifyqueue_now()
+      AND q.id <> p_except
+      AND (SELECT w.rate_deferred_from IS NOT NULL AND w.recipient = p_recipient
+           FROM notification AS w WHERE w.id = q.id)
+    ORDER BY q.recipient_digest, q.client_id, q.channel, q.due_at
     LIMIT 1;
     IF held IS NOT NULL THEN
         UPDATE notification AS n
