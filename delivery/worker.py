@@ -5,9 +5,11 @@ are in, claim as many due rows as there are free delivery slots (at most batch_s
 send-time checks for the whole claim (delivery/send_checks.py: preferences, then the rate
 limit in one statement, then the circuit), start the sends, and record every result of the
 step in one statement (after the step's circuit refusals, held without using an attempt, in
-one more). `Worker.run()` wraps it in a loop with LISTEN/NOTIFY wake-ups
-(delivery/wakeup.py) that calls the database upkeep (delivery/upkeep.py: takeover of dead
-workers' and expired claims, rate-window prune, statistics, queue vacuum) on their intervals.
+one more); when a wake-up arrived during the step, its results wait for the next step, which
+claims first (at most RECORD_WAIT_S). `Worker.run()` wraps it in a loop with LISTEN/NOTIFY
+wake-ups (delivery/wakeup.py) that calls the database upkeep (delivery/upkeep.py: takeover of
+dead workers' and expired claims, rate-window prune, statistics, queue vacuum) on their
+intervals, one job a turn.
 
 All database work but the heartbeat happens on the loop's thread, on one connection; the
 heartbeat has a thread and a connection of its own (delivery/upkeep.py), so a slow step never
@@ -82,6 +84,9 @@ log = logging.getLogger("notifyqueue.delivery")
 LOG_SUMMARY_S = 1.0
 # How often a worker sweeps the pending receipts and prunes the old ones.
 RECEIPT_UPKEEP_S = 10.0
+# The longest a step's results wait for a later step while wake-ups keep arriving (see
+# `Worker._record_now`).
+RECORD_WAIT_S = 0.05
 
 
 def worker_id_new() -> str:
@@ -224,12 +229,18 @@ class Worker:
         # before it starts (`Claim.start_checked`), waiting for an idle send thread: marked
         # only once one is free, so none is marked and then waits (see `_launch`).
         self._unstarted: list[tuple[Claim, float, float, float]] = []
+        # Since when the results not yet recorded (`_finishes`, `_holds`) have waited for a
+        # later step (time.monotonic(); see `_record_now`); None while none wait.
+        self._unrecorded_since: float | None = None
         # Claims and outcomes since the last summary line (LOG_SUMMARY_S).
         self._counts: Counter[str] = Counter()
         self._summary_at = time.monotonic()
         self._next_maintenance = 0.0
         self._next_statistics_check = 0.0
         self._next_receipt_upkeep = 0.0
+        # The upkeep due at the last heartbeat interval (and the receipts' every
+        # RECEIPT_UPKEEP_S) not yet run: one job a turn (see `_maintain`).
+        self._upkeep: list[Callable[[], object]] = []
         # Each circuit has its row before the first claim (see _maintain).
         self._circuits_registered = False
         # The heartbeat's thread runs from the loop's first turn until it stops (_maintain).
@@ -279,8 +290,8 @@ class Worker:
     def run_once(self, *, wait_s: float = 0.0, claim: bool = True) -> StepResult:
         """Collects the answers that are in (waiting up to `wait_s` for one), claims as many
         rows as there are free delivery slots (at most batch_size) unless the worker is
-        stopping (or `claim` is false), starts them, and records every result of the step in
-        one statement."""
+        stopping (or `claim` is false), starts them, and records every result not yet
+        recorded in one statement, unless a wake-up arrived meanwhile (`_record_now`)."""
         for sent in self._sends.collect(wait_s):
             self._finishes.append(self._settle(sent))
         turn_began = time.monotonic()
@@ -316,7 +327,7 @@ class Worker:
                 self._burst_rows = claimed
                 self._next_statistics_check = 0.0
             self._claims_full = not self._dry
-        finished = self._record()
+        finished = self._record() if self._record_now() else 0
         if claimed:
             self._counts["claimed"] += claimed
             took = time.monotonic() - turn_began
@@ -407,15 +418,16 @@ class Worker:
             and not self._finishes
             and not self._holds
         ):
-            # A digest's close under way (a large bucket takes several turns) ends first.
-            if not self._reclaim() and not self.digests.due:
+            # The upkeep left, and a digest's close under way (a large bucket takes several
+            # turns), end first.
+            if not self._reclaim() and not self._upkeep and not self.digests.due:
                 return False
             self._dry = False
             return True
         until = self._next_maintenance
         if self._dry and self._sends.free > 0:
             until = min(until, self._due_check_at)
-        if self.digests.due:  # a digest's close under way goes on at the next turn
+        if self._upkeep or self.digests.due:  # upkeep under way goes on at the next turn
             until = 0.0
         self._wake.wait(max(0.0, until - time.monotonic()))
         return True
@@ -424,10 +436,13 @@ class Worker:
         """What is due at `now` (time.monotonic()): first of all the circuits' rows and the
         first heartbeat, which starts the heartbeat's own thread (until written: a worker
         whose connection drops as it starts retries, as any turn of the loop does, rather
-        than exiting); its wake-up mark again if a beat found it cleared; the takeover of
-        dead workers' and expired claims every heartbeat_s, with the end of waiting rows past
-        their expiry (again at every turn while a batch comes back full); a prune of the rate
-        windows per `prune_batch` deliveries admitted; the hot tables' statistics every
+        than exiting); its wake-up mark again if a beat found it cleared; one job of the
+        upkeep a turn, the next turn at once while any is left: every heartbeat_s the
+        takeover of dead workers' and expired claims, the end of waiting rows past their
+        expiry, the digests' close and a prune of the rate windows, and every
+        RECEIPT_UPKEEP_S the receipts' sweep; with none left, the next batch of an expiry
+        or a digest close that came back full; a prune of the rate windows per `prune_batch`
+        deliveries admitted; the hot tables' statistics every
         STATISTICS_CHECK_S, so a busy worker refreshes them within a second of a burst, and at
         once when a burst begins (see run_once), and at the same checks, once a drain is over
         (nothing was due at the last claim), the queue's dead rows."""
@@ -443,16 +458,21 @@ class Worker:
             if self._waiting:
                 self._waiting_mark()
         if now >= self._next_maintenance:
-            if self._reclaim():
-                self._dry = False
-            self.expiry.run_once()
-            self._close_digests()
+            self._upkeep_add(self._reclaim_claims, self.expiry.run_once, self._close_digests)
+            if self.window_pruner:
+                self._upkeep_add(self.window_pruner.run_once)
             self._next_maintenance = now + self.config.heartbeat_s
-        else:
-            if self.expiry.due:
-                self.expiry.run_once()
-            if self.digests.due:
-                self._close_digests()
+        if now >= self._next_receipt_upkeep:
+            self._upkeep_add(self.receipt_upkeep.run_once)
+            self._next_receipt_upkeep = now + RECEIPT_UPKEEP_S
+        # One job a turn: together they held the turn (and the rows created meanwhile) for
+        # 10-20 ms, 30-150 ms on a busy host; one at a time, each row waits for one at most.
+        if self._upkeep:
+            self._upkeep.pop(0)()
+        elif self.expiry.due:
+            self.expiry.run_once()
+        elif self.digests.due:
+            self._close_digests()
         if self.window_pruner and self.window_pruner.due:
             self.window_pruner.run_once()
         if now >= self._next_statistics_check:
@@ -461,9 +481,16 @@ class Worker:
             if self._dry:
                 self.queue_vacuum.run_once()
             self._next_statistics_check = now + STATISTICS_CHECK_S
-        if now >= self._next_receipt_upkeep:
-            self.receipt_upkeep.run_once()
-            self._next_receipt_upkeep = now + RECEIPT_UPKEEP_S
+
+    def _upkeep_add(self, *jobs: Callable[[], object]) -> None:
+        """Queues upkeep jobs, each once however many intervals pass before it runs."""
+        self._upkeep += [job for job in jobs if job not in self._upkeep]
+
+    def _reclaim_claims(self) -> None:
+        """The upkeep's takeover of dead workers' and expired claims; a claim that came back
+        is due now, so the next claim looks."""
+        if self.reclaimer.run_once():
+            self._dry = False
 
     def _close_digests(self) -> None:
         """The digest close's turn; a digest created is due now, so the next claim looks."""
@@ -722,6 +749,25 @@ class Worker:
             self.worker_id,
         )
 
+    def _record_now(self) -> bool:
+        """Whether the step records its results now. A wake-up that arrived since the claim
+        means a row waits to be claimed: the results wait for the next step instead, which
+        claims first, so the row is not held up by this finish statement, and at a steady
+        rate of creates one statement records the results of several steps. They wait
+        RECORD_WAIT_S at most, and never once a claim's worth are waiting or the worker is
+        stopping."""
+        if not self._finishes and not self._holds:
+            return True
+        now = time.monotonic()
+        if self._unrecorded_since is None:
+            self._unrecorded_since = now
+        return (
+            not self._notified.is_set()
+            or self._stopping.is_set()
+            or now - self._unrecorded_since >= RECORD_WAIT_S
+            or len(self._finishes) + len(self._holds) >= self.config.batch_size
+        )
+
     def _record(self) -> int:
         """Applies the step's holds in one statement, then its results in one more (row by
         row if that fails; see `notification_finish`). If the database is unreachable they are
@@ -729,9 +775,11 @@ class Worker:
         held = self._record_holds()
         finishes = self._finishes
         if not finishes:
+            self._unrecorded_since = None
             return held
         finished = self.repository.notification_finish(finishes)  # raises: kept for later
         self._finishes = []
+        self._unrecorded_since = None
         applied = {row.id: row.status for row in finished}
         self._release_freed_slots(finished)
         try:

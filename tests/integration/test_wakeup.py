@@ -244,3 +244,75 @@ def test_a_wake_up_during_a_dry_turn_has_the_next_turn_claim_without_asking_for_
         worker.stop()
         worker.run(until_empty=True)
     connections.close_all()
+
+
+def test_a_wake_up_during_a_turn_has_the_next_claim_go_before_the_turns_results():
+    """A NOTIFY that arrives while a turn runs means a row waits to be claimed: the turn's
+    results wait for the next turn, which claims first and then records them with its own.
+    Without a NOTIFY a turn records its results at once."""
+    worker = worker_build(concurrency=2, batch_size=2)
+    claim, finish = SQL["notification_claim_due"], SQL["notification_finish"]
+    sent: list[str] = []
+    wake_during_claim = True
+
+    def watch(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        sent.append(sql)
+        if sql == claim and wake_during_claim:
+            worker._notify()  # a create's NOTIFY, arriving while the turn runs
+        return result
+
+    try:
+        worker._loop_once(until_empty=False)  # nothing due: marks itself
+        first = NotificationFactory()
+        with connection.execute_wrapper(watch):
+            worker._loop_once(until_empty=False)  # claims and sends `first`; a NOTIFY meanwhile
+            assert sent.count(claim) == 1
+            assert finish not in sent
+            first.refresh_from_db()
+            assert first.status == "PROCESSING"
+            second = NotificationFactory()
+            wake_during_claim = False
+            sent.clear()
+            worker._loop_once(until_empty=False)  # claims `second`, then records both
+            assert [s for s in sent if s in (claim, finish)] == [claim, finish]
+        first.refresh_from_db()
+        second.refresh_from_db()
+        assert (first.status, second.status) == ("SENT", "SENT")
+    finally:
+        worker.stop()
+        worker.run(until_empty=True)
+    connections.close_all()
+
+
+def test_results_wait_for_wake_ups_no_longer_than_record_wait_s():
+    """Creates arriving faster than the turns never keep a result unrecorded past
+    RECORD_WAIT_S: the first turn after it records, wake-up or not."""
+    from delivery.worker import RECORD_WAIT_S
+
+    worker = worker_build(concurrency=2, batch_size=2)
+    claim, finish = SQL["notification_claim_due"], SQL["notification_finish"]
+    sent: list[str] = []
+
+    def watch(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        sent.append(sql)
+        if sql == claim:
+            worker._notify()  # a NOTIFY during every turn
+        return result
+
+    try:
+        worker._loop_once(until_empty=False)  # nothing due: marks itself
+        first = NotificationFactory()
+        with connection.execute_wrapper(watch):
+            worker._loop_once(until_empty=False)
+            assert finish not in sent
+            time.sleep(RECORD_WAIT_S)
+            worker._loop_once(until_empty=False)
+            assert sent.count(finish) == 1
+        first.refresh_from_db()
+        assert first.status == "SENT"
+    finally:
+        worker.stop()
+        worker.run(until_empty=True)
+    connections.close_all()

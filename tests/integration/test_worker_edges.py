@@ -165,6 +165,26 @@ def test_run_worker_refuses_a_claim_timeout_shorter_than_twice_the_provider_time
         call_command("run_worker", "--until-empty")
 
 
+def test_run_worker_freezes_its_start_up_objects_before_its_loop_starts(monkeypatch):
+    """docs/decisions/0023-start-up-objects-frozen.md: a full collection that walked them held
+    the whole worker (its loop, its wake-up listener, its send threads) for 70-100 ms."""
+    import gc
+
+    from delivery.worker import Worker
+
+    events: list[str] = []
+    monkeypatch.setattr(gc, "freeze", lambda: events.append("frozen"))
+    run = Worker.run
+    monkeypatch.setattr(
+        Worker, "run", lambda self, **kwargs: (events.append("loop"), run(self, **kwargs))
+    )
+    sent = NotificationFactory()
+    call_command("run_worker", "--until-empty")
+    sent.refresh_from_db()
+    assert sent.status == Status.SENT
+    assert events == ["frozen", "loop"]
+
+
 def test_an_error_after_the_provider_answered_still_records_the_answer(workers):
     """The fallback look-up raises after the provider rejected the message: the answer is
     recorded anyway (FAILED, as if no fallback were left) instead of dropped to wait out the

@@ -4,6 +4,7 @@ SIGTERM/SIGINT: stop claiming, finish in-flight deliveries, give claimed-but-uns
 notifications back to PENDING without using an attempt, exit 0.
 """
 
+import gc
 import signal
 
 from django.conf import settings
@@ -127,6 +128,10 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise CommandError(f"--metrics-port {metrics_port}: {exc}") from exc
             self.stderr.write(f"metrics on http://0.0.0.0:{metrics_port}/metrics")
+        # What start-up built lives as long as the process: out of the collector's sight, a
+        # full collection no longer walks it, holding every thread, for 70-100 ms
+        # (docs/decisions/0023-start-up-objects-frozen.md).
+        gc.freeze()
         webhooks.start()
         try:
             worker.run(until_empty=until_empty)
