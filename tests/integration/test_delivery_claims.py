@@ -769,3 +769,54 @@ def test_a_recipient_with_100000_held_rows_costs_the_other_recipients_claims_not
     assert "using queue_pending_client" in plan, plan
     assert "Seq Scan" not in plan, plan
     print(f"pages a claim of 100: {sent} beside 100,000 sent rows, {with_backlog} beside held")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_client_whose_100000_rows_are_all_held_costs_another_clients_claim_a_probe():
+    """Another client's PENDING rows, every one held for later (none due), at the same
+    priority. The claim probes that client's (priority, client) pair for a due row: written as
+    a row comparison, PostgreSQL 16 walked the whole pair past the range's end (1,446 pages of
+    queue_pending_client a claim beside 100,000 such rows); with equalities and a bound on
+    due_at it stops at once. A claim of 100 of this client's rows visits 14 pages beside 1,000
+    held rows and 23 beside 100,000 (in runs so far): the index is a level deeper, and each of
+    the claim's probes (the pairs, their due rows, the rows locked) descends one page more."""
+    connection.close()  # a server connection of its own: no plan kept from an earlier test
+    held, client = ClientFactory(), ClientFactory()
+    notifications_insert_bulk(
+        client_id=client.id, count=20_000, status="PENDING", attempt_count=0, last_error=None
+    )
+
+    def claim_pages() -> int:
+        """Pages of queue_pending_client a claim of 100 visits."""
+        vacuum_after_every_snapshot("notification_queue", analyze=True)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE notification")
+        with transaction.atomic():  # the counters are this transaction's
+            before = pages_visited_by_relation()
+            claims = repo.notification_claim_due(worker="w", limit=100, claim_timeout_s=30)
+            after = pages_visited_by_relation()
+        assert len(claims) == 100 and {c.client_id for c in claims} == {client.id}
+        return after["queue_pending_client"] - before["queue_pending_client"]
+
+    def held_insert(count: int) -> None:
+        notifications_insert_bulk(
+            client_id=held.id,
+            count=count,
+            status="PENDING",
+            start=timezone.now() + timedelta(days=1),
+            attempt_count=0,
+            last_error=None,
+        )
+
+    held_insert(1_000)
+    claim_pages()  # the connection's first claim makes its plan
+    few = claim_pages()
+    held_insert(99_000)
+    many = claim_pages()
+
+    print(f"pages of queue_pending_client a claim of 100: {few} beside 1,000 held, {many} 100,000")
+    assert many <= few + 15, (few, many)
+    with connection.cursor() as cursor:
+        plan = claim_plan(cursor)
+    assert "using queue_pending_client" in plan, plan

@@ -67,20 +67,22 @@ BEGIN
             LIMIT 1
         ) AS following
     ), due_pairs AS (
-        -- The pair's earliest row, if due. The pair's due rows are named as a range of
-        -- queue_pending_client's key, (priority, client, -infinity) to (priority, client,
-        -- now), and taken in its order: no other index can serve that. (With plain equalities
-        -- a plan could take queue_pending_due instead and read the priority's due rows of
-        -- every client until one of this client's.)
+        -- The pair's earliest row, if due. The pair's due rows are named by equalities on
+        -- the priority and the client and a bound on the due time, and taken in
+        -- queue_pending_client's whole order, created_at last: no other index can serve
+        -- that without a sort, which the function turns off. (Ordered by due time alone, a
+        -- plan could take queue_pending_due instead and read the priority's due rows of
+        -- every client until one of this client's.) Not a row comparison: PostgreSQL 16
+        -- ends a walk at a row comparison's end only where its first column decides, so a
+        -- pair with no due row would be walked through all its rows held for later.
         SELECT pr.priority, pr.client_id, pr.priority = 0 AS critical
         FROM pairs AS pr
         CROSS JOIN LATERAL (
             SELECT q.due_at FROM notification_queue AS q
             WHERE q.status = 'PENDING'
-              AND (q.priority, q.client_id, q.due_at)
-                  BETWEEN (pr.priority, pr.client_id, '-infinity'::timestamptz)
-                      AND (pr.priority, pr.client_id, notifyqueue_now())
-            ORDER BY q.priority, q.client_id, q.due_at
+              AND q.priority = pr.priority AND q.client_id = pr.client_id
+              AND q.due_at <= notifyqueue_now()
+            ORDER BY q.priority, q.client_id, q.due_at, q.created_at
             LIMIT 1
         ) AS due_now
     ), shares AS (
@@ -113,9 +115,8 @@ BEGIN
             FROM notification_queue AS q
             JOIN notification AS n ON n.id = ANY (ARRAY[q.id])
             WHERE q.status = 'PENDING'
-              AND (q.priority, q.client_id, q.due_at)
-                  BETWEEN (dp.priority, dp.client_id, '-infinity'::timestamptz)
-                      AND (dp.priority, dp.client_id, notifyqueue_now())
+              AND q.priority = dp.priority AND q.client_id = dp.client_id
+              AND q.due_at <= notifyqueue_now()
             ORDER BY q.priority, q.client_id, q.due_at, q.created_at
             LIMIT s.share
             FOR UPDATE OF n SKIP LOCKED
