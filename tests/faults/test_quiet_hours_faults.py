@@ -28,8 +28,11 @@ from tests.support.http_servers import ScriptedProvider
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-INSIDE = datetime(2026, 12, 7, 23, 0, tzinfo=UTC)  # 00:00 in Berlin
-END = datetime(2026, 12, 8, 6, 30, tzinfo=UTC)  # 07:30 in Berlin
+# A night ahead of any real time the suite runs at: the notifications are created due at the
+# real time, which must already have come by the database clock the test sets (a night that
+# real time had passed left them not yet due).
+INSIDE = datetime(2030, 12, 9, 23, 0, tzinfo=UTC)  # 00:00 in Berlin
+END = datetime(2030, 12, 10, 6, 30, tzinfo=UTC)  # 07:30 in Berlin
 USERS = 12
 
 
