@@ -75,6 +75,18 @@ class _AdmitManyRow:
     admitted: bool
 
 
+def _claim_columns(claims: list[AdmissionRequest]) -> dict[str, list]:
+    """The claims as the admission's and the deferral's array parameters, a column each."""
+    return {
+        "channels": [c.channel for c in claims],
+        "client_ids": [c.client_id for c in claims],
+        "recipients": [c.recipient for c in claims],
+        "recipient_keys": [recipient_key(c.channel, c.recipient) for c in claims],
+        "ids": [c.notification_id for c in claims],
+        "claim_tokens": [c.claim_token for c in claims],
+    }
+
+
 class RateLimitRepository:
     def recipients_admit(
         self, *, claims: list[AdmissionRequest], limit: int, window_s: float, ceiling: int = 0
@@ -87,12 +99,7 @@ class RateLimitRepository:
         rows = SQL.rows(
             "ratelimit_admit_many",
             row=_AdmitManyRow,
-            channels=[c.channel for c in claims],
-            client_ids=[c.client_id for c in claims],
-            recipients=[c.recipient for c in claims],
-            recipient_keys=[recipient_key(c.channel, c.recipient) for c in claims],
-            ids=[c.notification_id for c in claims],
-            claim_tokens=[c.claim_token for c in claims],
+            **_claim_columns(claims),
             criticals=[c.critical for c in claims],
             limit=limit,
             ceiling=ceiling,
@@ -128,12 +135,7 @@ class RateLimitRepository:
                 SQL.rows(
                     "ratelimit_defer_many",
                     row=_DeferManyRow,
-                    channels=[c.channel for c in over],
-                    client_ids=[c.client_id for c in over],
-                    recipients=[c.recipient for c in over],
-                    recipient_keys=[recipient_key(c.channel, c.recipient) for c in over],
-                    ids=[c.notification_id for c in over],
-                    claim_tokens=[c.claim_token for c in over],
+                    **_claim_columns(over),
                     limit=limit,
                     ceiling=ceiling,
                     window_s=window_s,
