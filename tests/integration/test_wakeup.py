@@ -213,33 +213,43 @@ def test_a_create_while_every_worker_is_busy_costs_no_wake_up_and_is_still_deliv
     assert time.monotonic() - started < 10
 
 
+class StatementsSeen:
+    """The statements a worker sends, in order (`sent`), as a connection execute wrapper; while
+    `wake_during_claim`, each claim is followed by a create's NOTIFY, arriving while the turn
+    runs."""
+
+    def __init__(self, worker) -> None:
+        self.worker = worker
+        self.sent: list[str] = []
+        self.wake_during_claim = True
+
+    def __call__(self, execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        self.sent.append(sql)
+        if sql == SQL["notification_claim_due"] and self.wake_during_claim:
+            self.worker._notify()
+        return result
+
+
 def test_a_wake_up_during_a_dry_turn_has_the_next_turn_claim_without_asking_for_the_next_due_time():
     """At a steady rate of creates most dry turns end with a NOTIFY already in: the next turn
     claims at once, so the statement for the next row's due time would go unused. Without a
     NOTIFY, a dry turn still asks it (the wait until a scheduled row is due)."""
     worker = worker_build(concurrency=2, batch_size=2)
     claim, next_due = SQL["notification_claim_due"], SQL["notification_next_due_in"]
-    sent: list[str] = []
-    wake_during_claim = True
-
-    def watch(execute, sql, params, many, context):
-        result = execute(sql, params, many, context)
-        sent.append(sql)
-        if sql == claim and wake_during_claim:
-            worker._notify()  # a create's NOTIFY, arriving while the turn runs
-        return result
+    seen = StatementsSeen(worker)
 
     try:
         worker._loop_once(until_empty=False)  # nothing due: marks itself
-        with connection.execute_wrapper(watch):
+        with connection.execute_wrapper(seen):
             worker._loop_once(until_empty=False)  # a dry claim, a NOTIFY meanwhile
-            assert sent.count(claim) == 1
-            assert next_due not in sent
-            wake_during_claim = False
-            sent.clear()
+            assert seen.sent.count(claim) == 1
+            assert next_due not in seen.sent
+            seen.wake_during_claim = False
+            seen.sent.clear()
             worker._loop_once(until_empty=False)  # claims at once: dry, no NOTIFY
-            assert sent.count(claim) == 1
-            assert sent.count(next_due) == 1
+            assert seen.sent.count(claim) == 1
+            assert seen.sent.count(next_due) == 1
     finally:
         worker.stop()
         worker.run(until_empty=True)
@@ -252,30 +262,22 @@ def test_a_wake_up_during_a_turn_has_the_next_claim_go_before_the_turns_results(
     Without a NOTIFY a turn records its results at once."""
     worker = worker_build(concurrency=2, batch_size=2)
     claim, finish = SQL["notification_claim_due"], SQL["notification_finish"]
-    sent: list[str] = []
-    wake_during_claim = True
-
-    def watch(execute, sql, params, many, context):
-        result = execute(sql, params, many, context)
-        sent.append(sql)
-        if sql == claim and wake_during_claim:
-            worker._notify()  # a create's NOTIFY, arriving while the turn runs
-        return result
+    seen = StatementsSeen(worker)
 
     try:
         worker._loop_once(until_empty=False)  # nothing due: marks itself
         first = NotificationFactory()
-        with connection.execute_wrapper(watch):
+        with connection.execute_wrapper(seen):
             worker._loop_once(until_empty=False)  # claims and sends `first`; a NOTIFY meanwhile
-            assert sent.count(claim) == 1
-            assert finish not in sent
+            assert seen.sent.count(claim) == 1
+            assert finish not in seen.sent
             first.refresh_from_db()
             assert first.status == "PROCESSING"
             second = NotificationFactory()
-            wake_during_claim = False
-            sent.clear()
+            seen.wake_during_claim = False
+            seen.sent.clear()
             worker._loop_once(until_empty=False)  # claims `second`, then records both
-            assert [s for s in sent if s in (claim, finish)] == [claim, finish]
+            assert [s for s in seen.sent if s in (claim, finish)] == [claim, finish]
         first.refresh_from_db()
         second.refresh_from_db()
         assert (first.status, second.status) == ("SENT", "SENT")
