@@ -1,7 +1,8 @@
 """The notification record, and the narrow queue table that indexes it by status and due time.
 
 Invariants held by the database itself (see docs/technical-design.md):
-- one row per (client, idempotency_key);
+- one row per (client, idempotency_key), across every weekly partition of the table: each
+  partition's unique index, and the trigger notification_key_unique across them;
 - status, channel and priority take only their listed values, and the attempt and retry counts
   are never negative (each a domain's rule, `DomainColumn`);
 - a PROCESSING row always names its claim (token, worker, expiry), and no other row does;
@@ -15,6 +16,7 @@ from django.db.models import F, Q
 from django.db.models.expressions import Combinable
 from django.db.models.functions import MD5, Cast
 
+from notifyqueue.history import uuid7
 from notifyqueue.vocabulary import RECIPIENT_MAX_LENGTH, Channel, Priority
 
 
@@ -139,7 +141,10 @@ def cancellation_digest(key: str | Combinable) -> Cast:
 
 
 class Notification(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    """The record of a notification. The table is partitioned by week of creation, read from
+    the UUIDv7 id (notifyqueue/history.py): retention drops whole weeks."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # No index of its own: every lookup by client is served by a composite index below.
     client = models.ForeignKey(
         "clients.Client", on_delete=models.PROTECT, related_name="+", db_index=False
@@ -226,9 +231,6 @@ class Notification(models.Model):
             ("cancel_notification", "Can cancel pending notifications"),
         ]
         constraints = [
-            models.UniqueConstraint(
-                fields=["client", "idempotency_key"], name="notification_client_idempotency_key"
-            ),
             # The rules that name one column are their domains' (`DomainColumn`).
             models.CheckConstraint(
                 condition=(

@@ -70,8 +70,13 @@ class InboxMessage(models.Model):
     )
     # The in-app recipient as the notification stored it, however long the API allowed it.
     user_id = models.TextField()
+    # No database constraint: a notification's history partition is dropped whole, with its
+    # week's inbox messages deleted first (delivery/retention.py).
     notification = models.OneToOneField(
-        "notifications.Notification", on_delete=models.CASCADE, related_name="inbox_message"
+        "notifications.Notification",
+        on_delete=models.CASCADE,
+        related_name="inbox_message",
+        db_constraint=False,
     )
     subject = models.TextField(blank=True, default="")
     body = models.TextField()

@@ -41,7 +41,7 @@ WITH clock AS (
                  ELSE GREATEST(coalesce(%(send_at)s::timestamptz, clock.now), clock.now)
                END AS at
      ) AS due
-    ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING *
 )
 -- NotificationRecord's columns, by name (the gateway fills its fields from them).
@@ -115,7 +115,7 @@ WITH clock AS (
      -- Keys are locked in one order whatever the items' order, so two batches that meet on
      -- the same keys wait for each other instead of deadlocking.
      ORDER BY i.idempotency_key
-    ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id, idempotency_key, metadata, payload, fallback_channels, send_at, due_at,
               created_at, updated_at, expires_at
 )

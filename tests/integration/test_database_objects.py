@@ -61,7 +61,7 @@ def database_objects(schema: str) -> dict[str, dict[str, str]]:
             SELECT t.tgname, pg_get_triggerdef(t.oid)
             FROM pg_trigger AS t JOIN pg_proc AS p ON p.oid = t.tgfoid
             JOIN pg_namespace AS s ON s.oid = p.pronamespace
-            WHERE NOT t.tgisinternal AND s.nspname = %(schema)s
+            WHERE NOT t.tgisinternal AND t.tgparentid = 0 AND s.nspname = %(schema)s
             """,
             {"schema": schema},
         )

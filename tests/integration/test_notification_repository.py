@@ -210,6 +210,10 @@ def explain(sql: str, params=None, *, analyze: bool = False) -> dict:
 
 
 def nodes(plan: dict):
+    """The plan's nodes, each partition's index named as the parent's index it belongs to
+    (`<index>_<yyyymmdd>` for a week's partition, `d_<index>` for the default partition)."""
+    if "Index Name" in plan:
+        plan = {**plan, "Index Name": re.sub(r"^d_|_\d{8}$", "", plan["Index Name"])}
     yield plan
     for child in plan.get("Plans", []):
         yield from nodes(child)

@@ -36,7 +36,7 @@ BEGIN
            AND k.client_id = p_client_id
            AND NOT k.revoked
            AND (k.expiry_date IS NULL OR k.expiry_date >= at_now))
-    ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING n.id, nullif(n.metadata, '{}'::jsonb), n.payload,
               nullif(n.fallback_channels, '[]'::jsonb), n.send_at, n.due_at, n.created_at,
               n.updated_at, n.expires_at;

@@ -64,7 +64,7 @@ BEGIN
             CASE WHEN p_ttl_seconds IS NOT NULL THEN at_now + make_interval(secs => p_ttl_seconds)
                  ELSE p_expires_at END,
             p_cancellation_key, bucket.id, bucket.closes_at)
-        ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
+        ON CONFLICT DO NOTHING
         RETURNING n.id INTO inserted;
         IF inserted IS NOT NULL THEN
             UPDATE notification_digest SET collected = collected + 1 WHERE id = bucket.id;
@@ -84,7 +84,7 @@ BEGIN
             CASE WHEN p_ttl_seconds IS NOT NULL THEN at_now + make_interval(secs => p_ttl_seconds)
                  ELSE p_expires_at END,
             p_cancellation_key)
-        ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
+        ON CONFLICT DO NOTHING
         RETURNING n.id INTO inserted;
         IF inserted IS NOT NULL THEN
             IF p_digest_at IS NOT NULL THEN

@@ -47,7 +47,7 @@ BEGIN
            AND NOT k.revoked
            AND (k.expiry_date IS NULL OR k.expiry_date >= at_now))
      ORDER BY i.client_id, i.idempotency_key
-    ON CONFLICT ON CONSTRAINT notification_client_idempotency_key DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING n.client_id, n.idempotency_key::text, n.id, nullif(n.metadata, '{}'::jsonb),
               n.payload, nullif(n.fallback_channels, '[]'::jsonb), n.send_at, n.due_at,
               n.created_at, n.updated_at, n.expires_at;
