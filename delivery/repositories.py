@@ -362,6 +362,10 @@ class DeliveryRepository:
         )
         return {row.id: row.state for row in rows}
 
+    def history_partitions_add(self, *, weeks_ahead: int) -> list[str]:
+        """Adds the history tables' missing partitions up to `weeks_ahead` weeks ahead."""
+        return SQL.scalars("history_partitions_add", weeks_ahead=weeks_ahead)
+
     def notifications_expire(self, *, limit: int) -> list[Expired]:
         """Ends up to `limit` waiting rows past their expiry EXPIRED; returns them."""
         return SQL.rows("notifications_expire", row=Expired, limit=limit)
@@ -564,6 +568,25 @@ class _PruneBatchRow:
     last_id: uuid.UUID | None
 
 
+@dataclass(frozen=True)
+class HistoryWeek:
+    """A week's partition of `notification` (history_partition_add): its name and id range."""
+
+    name: str
+    lo: uuid.UUID
+    hi: uuid.UUID
+
+
+@dataclass(frozen=True)
+class WeekPruneStep:
+    """What one batch of a week's retention did; `last_id` is where the next one starts
+    (None: the week has no row left to walk)."""
+
+    scanned: int
+    attempts_deleted: int
+    last_id: uuid.UUID | None
+
+
 # Where a retention run starts: before any row.
 PRUNE_START = ListPosition(created_at=datetime.min.replace(tzinfo=UTC), id=uuid.UUID(int=0))
 
@@ -576,6 +599,32 @@ class RetentionRepository:
     def prune_digests(self, *, cutoff: datetime, limit: int) -> int:
         """Deletes up to `limit` digest buckets closed before `cutoff`; returns how many."""
         return RETENTION_SQL.execute("digests_prune_batch", cutoff=cutoff, limit=limit)
+
+    def history_weeks_before(self, *, cutoff: datetime) -> list[HistoryWeek]:
+        """The weeks of `notification` that ended by `cutoff`, oldest first."""
+        return RETENTION_SQL.rows("history_weeks_before", row=HistoryWeek, cutoff=cutoff)
+
+    def history_week_held(self, week: HistoryWeek) -> bool:
+        """Whether a row of the week still waits, or still has a webhook to deliver."""
+        return RETENTION_SQL.scalar("history_week_held", lo=week.lo, hi=week.hi)
+
+    def history_week_prune_batch(
+        self, week: HistoryWeek, *, after: uuid.UUID, scan: int
+    ) -> WeekPruneStep:
+        """Deletes the other history of the week's next `scan` notifications after `after`."""
+        return RETENTION_SQL.row(
+            "history_week_prune_batch",
+            row=WeekPruneStep,
+            lo=week.lo,
+            hi=week.hi,
+            after=after,
+            scan=scan,
+            channels=list(Channel.values),
+        )
+
+    def notification_week_drop(self, week: HistoryWeek) -> bool:
+        """Drops the week's partition, unless a row of it waits again; whether it went."""
+        return RETENTION_SQL.scalar("notification_week_drop", name=week.name)
 
     def prune_batch(self, *, cutoff: datetime, after: ListPosition, scan: int) -> PruneStep:
         """Deletes finished rows among the next `scan` rows created before `cutoff`."""

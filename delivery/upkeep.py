@@ -8,6 +8,7 @@ its own interval; nothing here decides when.
   queue;
 - `ExpiryFinisher`: waiting notifications past their `expires_at` ended EXPIRED, a bounded
   batch at a time;
+- `HistoryPartitions`: the history tables' weekly partitions, added weeks ahead;
 - `WindowPruner`: rate-window rows that left every window, a bounded statement at a time;
 - `StatisticsRefresher`: ANALYZE of a hot table whose statistics fell behind;
 - `QueueVacuumer`: VACUUM of a queue table a drain left full of dead rows;
@@ -38,6 +39,7 @@ from delivery.receipts.repositories import PendingPosition
 from delivery.receipts.services import receipts_prune, receipts_sweep
 from delivery.repositories import DeliveryRepository, QueueRows
 from monitoring import metrics
+from notifyqueue.history import WEEKS_AHEAD
 from notifyqueue.outage import OutageLog
 from ratelimits.repositories import RateLimitRepository
 
@@ -62,6 +64,8 @@ QUEUE_VACUUM_DEAD_ROWS = 10_000
 # After a VACUUM that left most of the dead rows (another's pass held the queue, or the role may
 # not vacuum it: only the tables' owner may), the worker waits this long before trying again.
 QUEUE_VACUUM_RETRY_S = 60.0
+# How often a worker makes sure the history tables' coming weeks have their partitions.
+HISTORY_PARTITIONS_S = 3600.0
 # A worker not seen for this many heartbeats (and this long) is taken for dead: its wake-up
 # mark is cleared (see Heartbeat).
 WAITING_STALE_HEARTBEATS = 3
@@ -258,6 +262,29 @@ class ExpiryFinisher:
         if expired:
             log.info("expired notifications=%d worker=%s", len(expired), self.worker_id)
         return len(expired)
+
+
+class HistoryPartitions:
+    """Adds the history tables' weekly partitions ahead of time: this week's and the next
+    WEEKS_AHEAD (history_partition_add, which any rows of those weeks in the default
+    partition move into). Runs when the worker starts and every HISTORY_PARTITIONS_S. A week's
+    partition is there weeks before its rows, so a turn that fails (a lock not had in time) is
+    logged and changes nothing: the next one adds it."""
+
+    def __init__(self, *, repository: DeliveryRepository, worker_id: str) -> None:
+        self.repository = repository
+        self.worker_id = worker_id
+
+    def run_once(self) -> list[str]:
+        """Returns the partitions it added."""
+        try:
+            added = self.repository.history_partitions_add(weeks_ahead=WEEKS_AHEAD)
+        except DatabaseError as exc:
+            log.warning("history partitions not added worker=%s error=%s", self.worker_id, exc)
+            return []
+        if added:
+            log.info("history partitions added=%s worker=%s", ",".join(added), self.worker_id)
+        return added
 
 
 class WindowPruner:

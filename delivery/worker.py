@@ -60,10 +60,12 @@ from delivery.send_checks import CircuitStage, send_checks_build
 from delivery.sending import CALL_WEIGHT, Sends, Sent, message_of
 from delivery.services import RetryPolicy, Router, attempt_finish, claim_expired, claim_release
 from delivery.upkeep import (
+    HISTORY_PARTITIONS_S,
     STATISTICS_CHECK_S,
     ClaimReclaimer,
     ExpiryFinisher,
     Heartbeat,
+    HistoryPartitions,
     QueueVacuumer,
     ReceiptUpkeep,
     StatisticsRefresher,
@@ -197,6 +199,7 @@ class Worker:
             if config.rate_limit
             else None
         )
+        self.history = HistoryPartitions(repository=self.repository, worker_id=self.worker_id)
         self.statistics = StatisticsRefresher(repository=self.repository, worker_id=self.worker_id)
         self.queue_vacuum = QueueVacuumer(repository=self.repository, worker_id=self.worker_id)
         self.receipt_upkeep = ReceiptUpkeep(
@@ -238,6 +241,7 @@ class Worker:
         self._next_maintenance = 0.0
         self._next_statistics_check = 0.0
         self._next_receipt_upkeep = 0.0
+        self._next_history_partitions = 0.0
         # The upkeep due at the last heartbeat interval (and the receipts' every
         # RECEIPT_UPKEEP_S) not yet run: one job a turn (see `_maintain`).
         self._upkeep: list[Callable[[], object]] = []
@@ -440,7 +444,8 @@ class Worker:
         upkeep a turn, the next turn at once while any is left: every heartbeat_s the
         takeover of dead workers' and expired claims, the end of waiting rows past their
         expiry, the digests' close and a prune of the rate windows, and every
-        RECEIPT_UPKEEP_S the receipts' sweep; with none left, the next batch of an expiry
+        RECEIPT_UPKEEP_S the receipts' sweep, and at the start and every HISTORY_PARTITIONS_S
+        the history tables' coming weeks; with none left, the next batch of an expiry
         or a digest close that came back full; a prune of the rate windows per `prune_batch`
         deliveries admitted; the hot tables' statistics every
         STATISTICS_CHECK_S, so a busy worker refreshes them within a second of a burst, and at
@@ -462,6 +467,9 @@ class Worker:
             if self.window_pruner:
                 self._upkeep_add(self.window_pruner.run_once)
             self._next_maintenance = now + self.config.heartbeat_s
+        if now >= self._next_history_partitions:
+            self._upkeep_add(self.history.run_once)
+            self._next_history_partitions = now + HISTORY_PARTITIONS_S
         if now >= self._next_receipt_upkeep:
             self._upkeep_add(self.receipt_upkeep.run_once)
             self._next_receipt_upkeep = now + RECEIPT_UPKEEP_S

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from datetime import datetime
 
 from django.db import migrations
 
@@ -20,11 +21,11 @@ from django.db import migrations
 WEEKS_AHEAD = 2
 
 
-def uuid7() -> uuid.UUID:
-    """A UUIDv7 stamped with this process's clock: the id of a notification the ORM writes
-    (the API's and the worker's statements stamp theirs with the database clock,
-    notifyqueue_uuid7), so it lands in the partition of the week it is written in."""
-    millis = time.time_ns() // 1_000_000
+def uuid7(at: datetime | None = None) -> uuid.UUID:
+    """A UUIDv7 stamped with `at`, by default this process's clock: the id of a notification
+    the ORM writes (the API's and the worker's statements stamp theirs with the database
+    clock, notifyqueue_uuid7), so it lands in the partition of the week it is written in."""
+    millis = time.time_ns() // 1_000_000 if at is None else int(at.timestamp() * 1000)
     value = bytearray(millis.to_bytes(6, "big") + os.urandom(10))
     value[6] = 0x70 | (value[6] & 0x0F)
     value[8] = 0x80 | (value[8] & 0x3F)

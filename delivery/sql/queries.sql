@@ -57,6 +57,16 @@ WHERE n.claim_token = c.claim_token AND n.status = 'PROCESSING'
   AND n.expires_at <= notifyqueue_now()
   AND n.id NOT IN (SELECT id FROM started);
 
+-- name: history_partitions_add
+-- The partitions of this week and the %(weeks_ahead)s after it that are missing, added
+-- (history_partition_add); answers their names.
+SELECT added
+  FROM generate_series(0, %(weeks_ahead)s) AS week
+ CROSS JOIN LATERAL history_partition_add('notification', 'id',
+                                          notifyqueue_now() + week * interval '7 days',
+                                          'client_id, idempotency_key') AS added
+ WHERE added IS NOT NULL;
+
 -- name: notifications_expire
 -- The worker's upkeep (delivery/upkeep.py, `ExpiryFinisher`): up to %(limit)s waiting rows
 -- past their expiry by the database clock end EXPIRED, whatever held them (a schedule, a

@@ -5,10 +5,78 @@
 -- Retention is measured on the database clock, once per run, so every batch agrees.
 SELECT notifyqueue_now() - make_interval(secs => %(older_than_s)s);
 
+-- name: history_weeks_before
+-- The weeks of `notification` (history_partition_add) that ended by the cutoff, oldest first:
+-- each partition's name and its id range, [lo, hi). Read from the catalog.
+SELECT c.oid::regclass::text AS name, bounds[1]::uuid AS lo, bounds[2]::uuid AS hi
+  FROM pg_inherits AS h
+  JOIN pg_class AS c ON c.oid = h.inhrelid
+ CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                 $re$FROM \('([^']+)'\) TO \('([^']+)'\)$re$) AS bounds
+ WHERE h.inhparent = 'notification'::regclass
+   AND bounds[2]::uuid <= notifyqueue_uuid7_floor(%(cutoff)s)
+ ORDER BY bounds[1]::uuid;
+
+-- name: history_week_held
+-- Whether a week must stay: a row of it still waiting or in flight (scheduled far ahead,
+-- held, or retried by an operator), or one whose webhook is still being delivered. Reads the
+-- queue tables (the backlog and the webhook backlog), never the week's finished rows.
+SELECT EXISTS (SELECT 1 FROM notification_queue AS q
+                WHERE q.id >= %(lo)s AND q.id < %(hi)s AND q.status IN ('PENDING', 'PROCESSING'))
+    OR EXISTS (SELECT 1 FROM webhook_queue AS w JOIN webhook_event AS e ON e.id = w.id
+                WHERE e.notification_id >= %(lo)s AND e.notification_id < %(hi)s);
+
+-- name: history_week_prune_batch
+-- One step of a week's retention, before its partition is dropped (notification_week_drop):
+-- of the week's next %(scan)s notifications after %(after)s, in id order (the week's primary
+-- key), deletes every row of another table that refers to them, as notifications_prune_batch
+-- does, and the queue copies of those that can never change again (CANCELLED, SUPPRESSED,
+-- EXPIRED, DIGESTED; an operator may still retry a FAILED or DEAD_LETTERED one, whose copy the
+-- drop deletes under its lock). The notifications themselves go with the partition.
+WITH chosen AS (
+    SELECT n.id, n.status
+      FROM notification AS n
+     WHERE n.id > %(after)s AND n.id >= %(lo)s AND n.id < %(hi)s
+     ORDER BY n.id
+     LIMIT %(scan)s
+), events AS (
+    SELECT e.id FROM webhook_event AS e JOIN chosen ON e.notification_id = chosen.id
+), webhook_attempts_gone AS (
+    DELETE FROM webhook_delivery_attempt WHERE event_id IN (SELECT id FROM events)
+), events_gone AS (
+    DELETE FROM webhook_event WHERE id IN (SELECT id FROM events)
+), attempts_gone AS (
+    DELETE FROM delivery_attempt WHERE notification_id IN (SELECT id FROM chosen) RETURNING 1
+), receipts_gone AS (
+    DELETE FROM delivery_receipt WHERE notification_id IN (SELECT id FROM chosen)
+), inbox_gone AS (
+    DELETE FROM inbox_message WHERE notification_id IN (SELECT id FROM chosen)
+), rate_records_gone AS (
+    DELETE FROM ratelimit_delivery WHERE notification_id IN (SELECT id FROM chosen)
+), simulated_gone AS (
+    DELETE FROM simulated_provider_message
+     WHERE idempotency_key IN (
+           SELECT chosen.id::text || ':' || channel
+             FROM chosen CROSS JOIN unnest(%(channels)s::text[]) AS channel)
+), copies_gone AS (
+    DELETE FROM notification_queue
+     WHERE id IN (SELECT id FROM chosen
+                   WHERE status IN ('CANCELLED', 'SUPPRESSED', 'EXPIRED', 'DIGESTED'))
+)
+SELECT count(*) AS scanned,
+       (SELECT count(*) FROM attempts_gone) AS attempts_deleted,
+       max(id::text)::uuid AS last_id
+  FROM chosen;
+
+-- name: notification_week_drop
+SELECT notification_week_drop(%(name)s::regclass);
+
 -- name: notifications_prune_batch
--- One step of retention: walks up to %(scan)s rows created before the cutoff, in (created_at,
--- id) order from %(after_created_at)s/%(after_id)s (the notification_recent index, read
--- backwards), and deletes those that finished before the cutoff, with every row that refers
+-- One step of retention for the rows outside every week, in the default partition
+-- (notification_default: rows made before the table was partitioned, or with ids that are no
+-- UUIDv7): walks up to %(scan)s rows created before the cutoff, in (created_at,
+-- id) order from %(after_created_at)s/%(after_id)s (the partition's notification_recent index,
+-- read backwards), and deletes those that finished before the cutoff, with every row that refers
 -- to them: delivery attempts and receipts, webhook events and their delivery attempts, inbox messages,
 -- rate-limit records and the simulated provider's records of its sends (keyed
 -- `<id>:<channel>`, one per channel in %(channels)s, found by primary key). A row still waiting (scheduled far ahead) stays, and so does one whose
@@ -17,7 +85,7 @@ SELECT notifyqueue_now() - make_interval(secs => %(older_than_s)s);
 -- tests/integration/test_prune_notifications.py checks that every foreign key to these tables is covered.
 WITH scanned AS (
     SELECT id, created_at
-      FROM notification
+      FROM notification_default
      WHERE (created_at, id) > (%(after_created_at)s, %(after_id)s)
        AND created_at < %(cutoff)s
      ORDER BY created_at, id

@@ -50,6 +50,7 @@ class Migration(migrations.Migration):
             "notifyqueue/sql/functions/notifyqueue_uuid7_floor.sql",
             "notifyqueue/sql/functions/history_week.sql",
             "delivery/sql/functions/history_partition_add.sql",
+            "delivery/sql/functions/notification_week_drop.sql",
             "notifications/sql/functions/notification_key_unique.sql",
         ),
         history_partitions_add('notification', key='id', unique='client_id, idempotency_key'),

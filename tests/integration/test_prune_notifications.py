@@ -15,6 +15,7 @@ from django.utils import timezone
 from delivery.models import DeliveryAttempt, SimulatedProviderMessage
 from delivery.repositories import RETENTION_SQL as QUERIES
 from notifications.models import Notification, NotificationDigest, Status
+from notifyqueue.history import uuid7
 from preferences.models import InboxMessage
 from ratelimits.models import RecipientDelivery
 from tests.support.factories import ClientFactory, NotificationFactory
@@ -29,7 +30,9 @@ OLD = timedelta(days=40)
 def finished(client, *, age: timedelta = OLD, status: str = Status.SENT, **fields):
     at = timezone.now() - age
     fields = {"attempt_count": 1, **fields}
-    return NotificationFactory(client=client, status=status, created_at=at, updated_at=at, **fields)
+    return NotificationFactory(
+        client=client, status=status, created_at=at, updated_at=at, id=uuid7(at), **fields
+    )
 
 
 def with_history(notification: Notification, *, webhook_state: str = DeliveryState.DELIVERED):

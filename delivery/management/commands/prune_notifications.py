@@ -1,10 +1,13 @@
 """`manage.py prune_notifications --older-than 30d [--batch 1000]`.
 
-Deletes notifications that finished (SENT, FAILED, DEAD_LETTERED, CANCELLED, SUPPRESSED,
-EXPIRED) before the cutoff, with their attempts, webhook events, inbox messages and rate-limit
-records, in short batches (one statement each, skipping rows another transaction holds),
-printing each batch and the total. The cutoff is the database clock when the run starts, minus
-the age. Once a notification is pruned its idempotency key may be used again.
+Drops each week of notifications that ended before the cutoff (its partition of the
+notification table), after deleting the week's attempts, webhook events, inbox messages and
+rate-limit records in short batches; a week with a row still waiting, or a webhook still being
+delivered, stays whole. Then deletes, in short batches (one statement each, skipping rows
+another transaction holds), the finished rows before the cutoff that lie outside every week
+(made before the table was partitioned). Prints each week, each batch and the totals. The
+cutoff is the database clock when the run starts, minus the age. Once a notification is pruned
+its idempotency key may be used again.
 """
 
 from __future__ import annotations
@@ -41,7 +44,19 @@ class Command(BaseCommand):
     def handle(self, *args, older_than, batch, **options):
         try:
             cutoff = retention.notifications_prune_cutoff(older_than_s=age_seconds(older_than))
-            position, batches, deleted, attempts = PRUNE_START, 0, 0, 0
+            weeks, deleted, attempts = 0, 0, 0
+            for week in retention.history_weeks_prune(cutoff=cutoff, batch=batch):
+                if week.dropped:
+                    weeks += 1
+                    deleted += week.notifications
+                    attempts += week.attempts
+                    what = f"dropped ({week.notifications} notification(s))"
+                elif week.held:
+                    what = "kept: a notification of it still waits or reports"
+                else:
+                    what = "kept: the table was busy, the next run tries again"
+                self.stdout.write(f"week {week.name}: {what}")
+            position, batches = PRUNE_START, 0
             while True:
                 step = retention.notifications_prune_step(
                     cutoff=cutoff, after=position, batch=batch
@@ -63,6 +78,6 @@ class Command(BaseCommand):
             raise CommandError(exc.message) from exc
         self.stdout.write(
             f"done: deleted {deleted} notification(s) finished before {cutoff.isoformat()} "
-            f"and {attempts} delivery attempt(s), in {batches} batch(es), "
+            f"and {attempts} delivery attempt(s), in {weeks} week(s) and {batches} batch(es), "
             f"and {buckets} digest bucket(s) closed before it"
         )

@@ -28,6 +28,8 @@ DECLARE
     options text[];
     parent_index record;
 BEGIN
+    -- Workers add weeks at the same time: one at a time.
+    PERFORM pg_advisory_xact_lock(hashtext('notifyqueue:history_partitions'));
     IF to_regclass(quote_ident(part)) IS NOT NULL THEN
         RETURN NULL;
     END IF;
