@@ -1,7 +1,7 @@
 """The notification table becomes partitioned by week of creation (its UUIDv7 id), so that
 keeping N days of history is dropping weeks (delivery/retention.py), never a long DELETE. The
 table as it was becomes the default partition, no row moves; this week's partition and the next
-two are added. Ids are stamped with the database clock. One notification per (client,
+two are added. An id's time is always in its creation's week by the database clock. One notification per (client,
 idempotency key) is held by each week's unique index and the trigger notification_key_unique
 across weeks."""
 
@@ -34,6 +34,7 @@ class Migration(migrations.Migration):
                 history_table_partition('notification', key='id', primary_key='id'),
             ],
         ),
+        database_objects_create("notifyqueue/sql/functions/history_week.sql"),
         database_objects_reload(
             "notifyqueue/sql/functions/notifyqueue_uuid7.sql",
             "notifications/sql/functions/notification_create_checked.sql",
@@ -48,7 +49,6 @@ class Migration(migrations.Migration):
         ),
         database_objects_create(
             "notifyqueue/sql/functions/notifyqueue_uuid7_floor.sql",
-            "notifyqueue/sql/functions/history_week.sql",
             "delivery/sql/functions/history_partition_add.sql",
             "delivery/sql/functions/notification_week_drop.sql",
             "notifications/sql/functions/notification_key_unique.sql",
