@@ -256,7 +256,7 @@ def test_claim_plan_reads_the_partial_pending_index():
                 channel, recipient, subject, body, priority, metadata, fallback_channels,
                 status, send_at, due_at, attempt_count, max_attempts, operator_retries,
                 created_at, updated_at)
-            SELECT gen_random_uuid(), (%s::uuid[])[1 + g %% 4], 'k' || g, '', 'email',
+            SELECT notifyqueue_uuid7(), (%s::uuid[])[1 + g %% 4], 'k' || g, '', 'email',
                 'a@example.com', '', 'b', g %% 4, '{}', '[]',
                 CASE WHEN g %% 10 = 0 THEN 'PENDING' ELSE 'SENT' END,
                 now(), now(), 1, 6, 0, now(), now()

@@ -180,7 +180,7 @@ INSERT_ROWS = """
         channel, recipient, subject, body, priority, metadata, fallback_channels,
         status, send_at, due_at, attempt_count, max_attempts, operator_retries,
         created_at, updated_at)
-    SELECT gen_random_uuid(), %(client_id)s, %(key_prefix)s || n, '', 'email',
+    SELECT notifyqueue_uuid7(), %(client_id)s, %(key_prefix)s || n, '', 'email',
            coalesce(%(recipient)s, 'u' || n || '@example.com'),
            '', 'x', 2, '{}', '[]', 'PENDING', now(), now(), 0, 6, 0,
            now() - n * interval '1 second', now() - n * interval '1 second'

@@ -33,7 +33,7 @@ def notifications_insert_bulk(
                 subject, body, priority, metadata, fallback_channels, status, send_at, due_at,
                 attempt_count, max_attempts, last_error, operator_retries, created_at, updated_at
             )
-            SELECT gen_random_uuid(), %(client_id)s, 'bulk-' || gen_random_uuid() || '-' || n,
+            SELECT notifyqueue_uuid7(), %(client_id)s, 'bulk-' || gen_random_uuid() || '-' || n,
                    md5(n::text), %(channel)s,
                    coalesce(%(recipient)s, 'user' || n || '@example.com'), 'Hi', 'Body', 2,
                    '{}'::jsonb, '[]'::jsonb, %(status)s,
