@@ -421,6 +421,12 @@ def test_the_finish_uses_its_kept_plan_from_a_connections_first_call():
     assert {"enable_seqscan=off", "enable_hashjoin=off", "enable_mergejoin=off"} <= set(settings)
 
 
+def history_partitions_count() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_partition_tree('notification') WHERE isleaf")
+        return cursor.fetchone()[0]
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("result", [Status.SENT, Status.PENDING, Status.DEAD_LETTERED])
 @pytest.mark.parametrize("history", [0, 20_000], ids=["planned each call", "kept plan"])
@@ -476,7 +482,12 @@ def test_a_turn_reads_only_what_it_touches_after_a_burst_its_plans_never_saw(his
 
     visited = {name: after[name] - before[name] for name in after if after[name] > before[name]}
     assert finished.status == result
-    assert sum(visited.values()) <= 200, sorted(visited.items(), key=lambda item: -item[1])
+    # Planning a statement on the record reads the first pages of each partition's indexes
+    # (33-36 pages a partition; the weeks ahead and the default partition are empty).
+    partitions = history_partitions_count()
+    assert sum(visited.values()) <= 200 + 40 * (partitions - 1), sorted(
+        visited.items(), key=lambda item: -item[1]
+    )
 
 
 @pytest.mark.django_db
@@ -571,8 +582,11 @@ def test_the_claims_kept_plan_is_one_whatever_the_statistics_said_when_it_was_ma
     assert plans == dict.fromkeys(plans, plan), "\n\n".join(plans.values())
     assert "using queue_pending_client" in plan, plan
     assert not re.search(r"Seq Scan|Bitmap|Hash Join|Merge Join", plan), plan
-    notification_scans = re.findall(r"Index Scan using (\w+) on notification ", plan)
-    assert set(notification_scans) == {"notification_pkey"}, plan
+    # Each week's partition by its primary key. (The default partition, empty here, holds no
+    # row of a week: the executor prunes it for a week's id, whichever index its plan names.)
+    week_scans = re.findall(r"Index Scan using (\w+) on (notification_\d{8}) ", plan)
+    assert week_scans, plan
+    assert all(index == f"{week}_pkey" for index, week in week_scans), plan
 
 
 @pytest.mark.django_db(transaction=True)

@@ -40,17 +40,25 @@ def table_reads_since(table: str, before: Reads) -> Reads:
 
 
 def pages_visited(tables: tuple[str, ...]) -> int:
-    """Pages of `tables` and of their indexes this transaction has asked for so far, read or
-    found in shared buffers. A walk of an index counts every page it passes, where the entries
-    `table_reads` counts are only those that matched."""
+    """Pages of `tables` (each partition of a partitioned one) and of their indexes this
+    transaction has asked for so far, read or found in shared buffers. A walk of an index
+    counts every page it passes, where the entries `table_reads` counts are only those that
+    matched."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
+            WITH relations AS (
+                SELECT unnest(%(tables)s::regclass[]) AS relid
+                UNION
+                SELECT tree.relid
+                  FROM unnest(%(tables)s::regclass[]) AS t(relid)
+                 CROSS JOIN LATERAL pg_partition_tree(t.relid) AS tree
+            )
             SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))
               FROM pg_class c
-             WHERE c.oid = ANY (%(tables)s::regclass[])
+             WHERE c.oid IN (SELECT relid FROM relations)
                 OR c.oid IN (SELECT indexrelid FROM pg_index
-                              WHERE indrelid = ANY (%(tables)s::regclass[]))
+                              WHERE indrelid IN (SELECT relid FROM relations))
             """,
             {"tables": list(tables)},
         )
