@@ -8,14 +8,12 @@ SELECT notifyqueue_now() - make_interval(secs => %(older_than_s)s);
 -- name: history_weeks_before
 -- The weeks of `notification` (history_partition_add) that ended by the cutoff, oldest first:
 -- each partition's name and its id range, [lo, hi). Read from the catalog.
-SELECT c.oid::regclass::text AS name, bounds[1]::uuid AS lo, bounds[2]::uuid AS hi
+SELECT h.inhrelid::regclass::text AS name, b.lo, b.hi
   FROM pg_inherits AS h
-  JOIN pg_class AS c ON c.oid = h.inhrelid
- CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                                 $re$FROM \('([^']+)'\) TO \('([^']+)'\)$re$) AS bounds
+ CROSS JOIN LATERAL history_partition_bounds(h.inhrelid) AS b
  WHERE h.inhparent = 'notification'::regclass
-   AND bounds[2]::uuid <= notifyqueue_uuid7_floor(%(cutoff)s)
- ORDER BY bounds[1]::uuid;
+   AND b.hi <= notifyqueue_uuid7_floor(%(cutoff)s)
+ ORDER BY b.lo;
 
 -- name: history_week_held
 -- Whether a week must stay: a row of it still waiting or in flight (scheduled far ahead,
@@ -29,8 +27,8 @@ SELECT EXISTS (SELECT 1 FROM notification_queue AS q
 -- name: history_week_prune_batch
 -- One step of a week's retention, before its partition is dropped (notification_week_drop):
 -- of the week's next %(scan)s notifications after %(after)s, in id order (the week's primary
--- key), deletes every row of another table that refers to them, as notifications_prune_batch
--- does, and the queue copies of those that can never change again (CANCELLED, SUPPRESSED,
+-- key), deletes every row of another table that refers to them (notifications_history_delete),
+-- and the queue copies of those that can never change again (CANCELLED, SUPPRESSED,
 -- EXPIRED, DIGESTED; an operator may still retry a FAILED or DEAD_LETTERED one, whose copy the
 -- drop deletes under its lock). The notifications themselves go with the partition.
 WITH chosen AS (
@@ -39,32 +37,16 @@ WITH chosen AS (
      WHERE n.id > %(after)s AND n.id >= %(lo)s AND n.id < %(hi)s
      ORDER BY n.id
      LIMIT %(scan)s
-), events AS (
-    SELECT e.id FROM webhook_event AS e JOIN chosen ON e.notification_id = chosen.id
-), webhook_attempts_gone AS (
-    DELETE FROM webhook_delivery_attempt WHERE event_id IN (SELECT id FROM events)
-), events_gone AS (
-    DELETE FROM webhook_event WHERE id IN (SELECT id FROM events)
-), attempts_gone AS (
-    DELETE FROM delivery_attempt WHERE notification_id IN (SELECT id FROM chosen) RETURNING 1
-), receipts_gone AS (
-    DELETE FROM delivery_receipt WHERE notification_id IN (SELECT id FROM chosen)
-), inbox_gone AS (
-    DELETE FROM inbox_message WHERE notification_id IN (SELECT id FROM chosen)
-), rate_records_gone AS (
-    DELETE FROM ratelimit_delivery WHERE notification_id IN (SELECT id FROM chosen)
-), simulated_gone AS (
-    DELETE FROM simulated_provider_message
-     WHERE idempotency_key IN (
-           SELECT chosen.id::text || ':' || channel
-             FROM chosen CROSS JOIN unnest(%(channels)s::text[]) AS channel)
+), history_gone AS (
+    SELECT notifications_history_delete(array(SELECT id FROM chosen), %(channels)s::text[])
+           AS attempts
 ), copies_gone AS (
     DELETE FROM notification_queue
      WHERE id IN (SELECT id FROM chosen
                    WHERE status IN ('CANCELLED', 'SUPPRESSED', 'EXPIRED', 'DIGESTED'))
 )
 SELECT count(*) AS scanned,
-       (SELECT count(*) FROM attempts_gone) AS attempts_deleted,
+       (SELECT attempts FROM history_gone) AS attempts_deleted,
        max(id::text)::uuid AS last_id
   FROM chosen;
 
@@ -77,12 +59,10 @@ SELECT notification_week_drop(%(name)s::regclass);
 -- UUIDv7): walks up to %(scan)s rows created before the cutoff, in (created_at,
 -- id) order from %(after_created_at)s/%(after_id)s (the partition's notification_recent index,
 -- read backwards), and deletes those that finished before the cutoff, with every row that refers
--- to them: delivery attempts and receipts, webhook events and their delivery attempts, inbox messages,
--- rate-limit records and the simulated provider's records of its sends (keyed
--- `<id>:<channel>`, one per channel in %(channels)s, found by primary key). A row still waiting (scheduled far ahead) stays, and so does one whose
--- webhook is still being delivered. Rows another transaction holds (an operator retry) are
--- skipped, not waited for. One statement: the locks last as long as this batch's deletes.
--- tests/integration/test_prune_notifications.py checks that every foreign key to these tables is covered.
+-- to them (notifications_history_delete, one per channel in %(channels)s). A row still waiting
+-- (scheduled far ahead) stays, and so does one whose webhook is still being delivered. Rows
+-- another transaction holds (an operator retry) are skipped, not waited for. One statement:
+-- the locks last as long as this batch's deletes.
 WITH scanned AS (
     SELECT id, created_at
       FROM notification_default
@@ -103,25 +83,9 @@ WITH scanned AS (
             WHERE e.notification_id = n.id
               AND e.state IN ('PENDING', 'DELIVERING'))
        FOR UPDATE OF n SKIP LOCKED
-), events AS (
-    SELECT e.id FROM webhook_event AS e JOIN chosen ON e.notification_id = chosen.id
-), webhook_attempts_gone AS (
-    DELETE FROM webhook_delivery_attempt WHERE event_id IN (SELECT id FROM events)
-), events_gone AS (
-    DELETE FROM webhook_event WHERE id IN (SELECT id FROM events)
-), attempts_gone AS (
-    DELETE FROM delivery_attempt WHERE notification_id IN (SELECT id FROM chosen) RETURNING 1
-), receipts_gone AS (
-    DELETE FROM delivery_receipt WHERE notification_id IN (SELECT id FROM chosen)
-), inbox_gone AS (
-    DELETE FROM inbox_message WHERE notification_id IN (SELECT id FROM chosen)
-), rate_records_gone AS (
-    DELETE FROM ratelimit_delivery WHERE notification_id IN (SELECT id FROM chosen)
-), simulated_gone AS (
-    DELETE FROM simulated_provider_message
-     WHERE idempotency_key IN (
-           SELECT chosen.id::text || ':' || channel
-             FROM chosen CROSS JOIN unnest(%(channels)s::text[]) AS channel)
+), history_gone AS (
+    SELECT notifications_history_delete(array(SELECT id FROM chosen), %(channels)s::text[])
+           AS attempts
 ), gone AS (
     DELETE FROM notification WHERE id IN (SELECT id FROM chosen) RETURNING 1
 ), last AS (
@@ -129,7 +93,7 @@ WITH scanned AS (
 )
 SELECT (SELECT count(*) FROM scanned) AS scanned,
        (SELECT count(*) FROM gone) AS deleted,
-       (SELECT count(*) FROM attempts_gone) AS attempts_deleted,
+       (SELECT attempts FROM history_gone) AS attempts_deleted,
        (SELECT created_at FROM last) AS last_created_at,
        (SELECT id FROM last) AS last_id;
 

@@ -20,6 +20,8 @@ class Migration(migrations.Migration):
         ('preferences', '0003_inbox_notification_unchecked'),
         ('delivery', '0013_claim_stops_at_due_end'),
         ('webhooks', '0008_attempts_found_by_event_number'),
+        ('receipts', '0001_initial'),
+        ('ratelimits', '0002_windows_per_client'),
     ]
 
     operations = [
@@ -50,7 +52,9 @@ class Migration(migrations.Migration):
         database_objects_create(
             "notifyqueue/sql/functions/notifyqueue_uuid7_floor.sql",
             "delivery/sql/functions/history_partition_add.sql",
+            "delivery/sql/functions/history_partition_bounds.sql",
             "delivery/sql/functions/notification_week_drop.sql",
+            "delivery/sql/functions/notifications_history_delete.sql",
             "notifications/sql/functions/notification_key_unique.sql",
         ),
         history_partitions_add('notification', key='id', unique='client_id, idempotency_key'),

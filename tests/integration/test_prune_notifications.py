@@ -16,6 +16,7 @@ from delivery.models import DeliveryAttempt, SimulatedProviderMessage
 from delivery.repositories import RETENTION_SQL as QUERIES
 from notifications.models import Notification, NotificationDigest, Status
 from notifyqueue.history import uuid7
+from notifyqueue.sqlfile import database_object_path
 from preferences.models import InboxMessage
 from ratelimits.models import RecipientDelivery
 from tests.support.factories import ClientFactory, NotificationFactory
@@ -153,7 +154,12 @@ def test_every_table_that_refers_to_a_pruned_row_is_pruned_too():
     tables are the exception: the triggers on notification and webhook_event delete their rows."""
     from django.apps import apps
 
-    sql = QUERIES["notifications_prune_batch"]
+    sql = (
+        QUERIES["notifications_prune_batch"]
+        + database_object_path(
+            "delivery/sql/functions/notifications_history_delete.sql"
+        ).read_text()
+    )
     pruned = {
         "notification",
         "webhook_event",

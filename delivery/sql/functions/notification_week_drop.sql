@@ -13,23 +13,21 @@ CREATE OR REPLACE FUNCTION notification_week_drop(p_week regclass)
  SET lock_timeout TO '500ms'
 AS $function$
 DECLARE
-    bounds text[];
+    week record;
 BEGIN
     LOCK TABLE notification IN ACCESS EXCLUSIVE MODE;
-    SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                        $re$FROM \('([^']+)'\) TO \('([^']+)'\)$re$)
-      INTO bounds
-      FROM pg_class AS c JOIN pg_inherits AS h ON h.inhrelid = c.oid
-     WHERE c.oid = p_week AND h.inhparent = 'notification'::regclass;
-    IF bounds IS NULL THEN
+    SELECT b.lo, b.hi INTO week
+      FROM pg_inherits AS h CROSS JOIN LATERAL history_partition_bounds(h.inhrelid) AS b
+     WHERE h.inhrelid = p_week AND h.inhparent = 'notification'::regclass;
+    IF NOT FOUND THEN
         RETURN false;
     END IF;
     IF EXISTS (SELECT 1 FROM notification_queue AS q
-                WHERE q.id >= bounds[1]::uuid AND q.id < bounds[2]::uuid
+                WHERE q.id >= week.lo AND q.id < week.hi
                   AND q.status IN ('PENDING', 'PROCESSING')) THEN
         RETURN false;
     END IF;
-    DELETE FROM notification_queue AS q WHERE q.id >= bounds[1]::uuid AND q.id < bounds[2]::uuid;
+    DELETE FROM notification_queue AS q WHERE q.id >= week.lo AND q.id < week.hi;
     EXECUTE format('DROP TABLE %s', p_week);
     RETURN true;
 END $function$;
