@@ -21,6 +21,8 @@ from notifications.models import Notification, NotificationQueue, Status
 from notifyqueue.history import uuid7
 from tests.support.clock import DbClock, database_now
 from tests.support.factories import ClientFactory, NotificationFactory
+from tests.support.webhook_factories import WebhookEventFactory
+from webhooks.models import DeliveryState
 
 pytestmark = pytest.mark.django_db
 
@@ -207,3 +209,36 @@ def test_a_python_made_id_lands_in_the_week_of_its_time():
         cursor.execute("SELECT to_char(history_week(%s) AT TIME ZONE 'UTC', 'YYYYMMDD')", [at])
         (week,) = cursor.fetchone()
     assert week_of(row.id) == f"notification_{week}"
+
+
+def test_a_week_with_a_webhook_still_to_deliver_stays_whole():
+    client = ClientFactory()
+    sent = NotificationFactory(client=client, status=Status.SENT, attempt_count=1)
+    WebhookEventFactory(notification=sent, state=DeliveryState.PENDING)
+    week = week_of(sent.id)
+    DbClock().advance(timedelta(days=45).total_seconds())
+
+    output = prune("--older-than", "30d")
+
+    assert f"week {week}: kept: a notification of it still waits or reports" in output
+    assert Notification.objects.filter(id=sent.id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_drop_that_cannot_get_its_lock_in_time_keeps_the_week_for_the_next_run(database_url):
+    """Another session holds the table (a long report, say): the drop gives up after its
+    lock_timeout instead of queueing every create and claim behind it, and the next run,
+    with the table free, drops the week."""
+    sent = NotificationFactory(status=Status.SENT, attempt_count=1)
+    week = week_of(sent.id)
+    DbClock().advance(timedelta(days=45).total_seconds())
+    with psycopg.connect(database_url) as other, other.transaction():
+        other.execute("LOCK TABLE notification IN ACCESS SHARE MODE")
+        started = time.monotonic()
+        output = prune("--older-than", "30d")
+        waited = time.monotonic() - started
+    assert f"week {week}: kept: the table was busy, the next run tries again" in output
+    assert waited < 5
+    assert exists(week)
+    assert f"week {week}: dropped (1 notification(s))" in prune("--older-than", "30d")
+    assert not exists(week)
