@@ -20,6 +20,7 @@ from monitoring import paginators
 from notifications.models import Channel, Notification, Priority, Status
 from tests.support.factories import ClientFactory, NotificationFactory
 from tests.support.operator_helpers import notifications_insert_bulk
+from tests.support.reads import history_read_whole
 from tests.support.webhook_factories import WebhookEventFactory
 from webhooks.models import DeliveryState
 
@@ -355,7 +356,7 @@ def test_dead_letter_filter_reads_the_queue_status_index(superuser):
     assert len(page) == 100
     assert {row.status for row in page} == {Status.DEAD_LETTERED}
     assert "queue_status" in plan, plan
-    assert "Seq Scan on notification " not in plan, plan
+    assert not history_read_whole(plan) and "Seq Scan on notification " not in plan, plan
     assert "Sort" not in plan, plan
 
 

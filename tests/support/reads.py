@@ -3,6 +3,7 @@ for tests that a statement reads by the index it should, and no more, whatever t
 
 from __future__ import annotations
 
+import re
 import time
 
 from django.db import connection
@@ -99,3 +100,17 @@ def vacuum_after_every_snapshot(table: str, *, analyze: bool = False, wait_s: fl
                 break
             time.sleep(0.05)
         cursor.execute(f"VACUUM {'ANALYZE ' if analyze else ''}{connection.ops.quote_name(table)}")
+
+
+def history_read_whole(plan: str) -> list[str]:
+    """The partitions of `notification` that an EXPLAIN text reads by a sequential scan and
+    that hold rows. An empty partition (a week ahead, the default one) costs the planner
+    nothing to scan, so it may; one holding rows never."""
+    scanned = set(re.findall(r"Seq Scan on (notification_(?:\d{8}|default))\b", plan))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name FROM unnest(%s::text[]) AS name "
+            "WHERE pg_relation_size(name::regclass) > 0 ORDER BY name",
+            [sorted(scanned)],
+        )
+        return [name for (name,) in cursor.fetchall()]
