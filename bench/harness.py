@@ -951,7 +951,7 @@ def notifications_insert(
             channel, recipient, subject, body, priority, metadata, fallback_channels,
             status, send_at, due_at, attempt_count, max_attempts, operator_retries,
             sent_at, created_at, updated_at)
-        SELECT gen_random_uuid(), %s, %s || '-' || g, '', 'email',
+        SELECT notifyqueue_uuid7(), %s, %s || '-' || g, '', 'email',
                %s || '-' || g || '@example.com', 'Hi', 'Body', 2, '{}', '[]', %s,
                now(), now(), 0, 6, 0, CASE WHEN %s = 'SENT' THEN now() END, now(), now()
           FROM generate_series(1, %s) AS g
@@ -991,7 +991,7 @@ def quiet_held_insert(conn: psycopg.Connection, client_id: str, prefix: str, cou
                 channel, recipient, subject, body, priority, metadata, fallback_channels,
                 status, send_at, due_at, attempt_count, max_attempts, operator_retries,
                 created_at, updated_at, user_id, template, payload, quiet_held_since)
-            SELECT gen_random_uuid(), %(client)s, %(prefix)s || '-' || g, '', 'email',
+            SELECT notifyqueue_uuid7(), %(client)s, %(prefix)s || '-' || g, '', 'email',
                    %(prefix)s || '-' || g || '@example.com', 'Hi', 'Body', 2, '{}', '[]',
                    'PENDING', now(), %(at)s, 0, 6, 0, now(), now(), %(prefix)s || '-u' || g,
                    'order_shipped', '{}', now()
@@ -2646,7 +2646,7 @@ class Bench:
                     channel, recipient, subject, body, priority, metadata, fallback_channels,
                     status, send_at, due_at, attempt_count, max_attempts, operator_retries,
                     created_at, updated_at)
-                SELECT gen_random_uuid(), %s, 'held-' || g, '', 'email', %s, 'Hi', 'Body', 2,
+                SELECT notifyqueue_uuid7(), %s, 'held-' || g, '', 'email', %s, 'Hi', 'Body', 2,
                        '{}', '[]', 'PENDING', now(), now(), 0, 6, 0, now(), now()
                   FROM generate_series(1, %s) AS g
                 """,
@@ -2715,7 +2715,7 @@ class Bench:
                                 priority, metadata, fallback_channels, status, send_at, due_at,
                                 attempt_count, max_attempts, operator_retries, created_at,
                                 updated_at)
-                            VALUES (gen_random_uuid(), %s, %s, '', 'email', %s, 'Hi', 'Body',
+                            VALUES (notifyqueue_uuid7(), %s, %s, '', 'email', %s, 'Hi', 'Body',
                                     2, '{}', '[]', 'PENDING', now(), now(), 0, 6, 0, now(),
                                     now())
                             """,
@@ -2741,7 +2741,7 @@ class Bench:
                 channel, recipient, subject, body, priority, metadata, fallback_channels,
                 status, send_at, due_at, attempt_count, max_attempts, operator_retries,
                 created_at, updated_at)
-            VALUES (gen_random_uuid(), %s, %s, '', 'email', %s, 'Hi', 'Body', 2, '{}', '[]',
+            VALUES (notifyqueue_uuid7(), %s, %s, '', 'email', %s, 'Hi', 'Body', 2, '{}', '[]',
                     'PENDING', now(), now(), 0, 6, 0, now(), now())
             """,
             [client.client_id, f"heldtimed{r}", recipient],
