@@ -39,7 +39,8 @@ def history_table_partition(table: str, *, key: str, primary_key: str) -> migrat
     columns, CHECK constraints, primary key (`primary_key`, which names `key`), foreign keys
     and indexes under their own names, PostgreSQL attaching the default partition's equal ones
     instead of building them. Triggers are loaded on the parent afterwards from their files.
-    Irreversible."""
+    Reversed, every week's rows move back into the default partition, which becomes the
+    table again, with its indexes', constraints' and the parent's triggers' names."""
     default = f"{table}_default"
     return migrations.RunSQL(
         f"""
@@ -89,7 +90,43 @@ BEGIN
     END LOOP;
 END $convert$;
 """,
-        reverse_sql=None,
+        reverse_sql=rf"""
+DO $revert$
+DECLARE
+    r record;
+    triggers text[];
+BEGIN
+    SELECT array_agg(pg_get_triggerdef(t.oid)) INTO triggers
+      FROM pg_trigger AS t
+     WHERE t.tgrelid = '{table}'::regclass AND NOT t.tgisinternal AND t.tgparentid = 0;
+    FOR r IN SELECT h.inhrelid::regclass::text AS name FROM pg_inherits AS h
+              WHERE h.inhparent = '{table}'::regclass AND h.inhrelid <> '{default}'::regclass
+    LOOP
+        EXECUTE format('ALTER TABLE {table} DETACH PARTITION %I', r.name);
+        EXECUTE format('INSERT INTO {default} SELECT * FROM %I', r.name);
+        EXECUTE format('DROP TABLE %I', r.name);
+    END LOOP;
+    ALTER TABLE {table} DETACH PARTITION {default};
+    DROP TABLE {table};
+    ALTER TABLE {default} RENAME TO {table};
+    FOR r IN SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+              WHERE i.indrelid = '{table}'::regclass AND c.relname LIKE 'd\_%'
+                AND NOT EXISTS (SELECT 1 FROM pg_constraint AS k WHERE k.conindid = i.indexrelid)
+    LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', r.relname, substring(r.relname FROM 3));
+    END LOOP;
+    FOR r IN SELECT k.conname FROM pg_constraint AS k
+              WHERE k.conrelid = '{table}'::regclass AND k.contype IN ('p', 'u')
+                AND k.conname LIKE 'd\_%'
+    LOOP
+        EXECUTE format('ALTER TABLE {table} RENAME CONSTRAINT %I TO %I', r.conname,
+                       substring(r.conname FROM 3));
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(triggers, 1), 0) LOOP
+        EXECUTE triggers[i];
+    END LOOP;
+END $revert$;
+""",
     )
 
 

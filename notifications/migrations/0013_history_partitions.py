@@ -42,6 +42,7 @@ class Migration(migrations.Migration):
             "notifications/sql/functions/notification_create_checked.sql",
             "notifications/sql/functions/notifications_create_checked_many.sql",
             "notifications/sql/functions/notification_digest_create.sql",
+            "notifications/sql/functions/ratelimit_admit_many.sql",
             "notifications/sql/functions/notification_queue_inserted.sql",
             "notifications/sql/functions/notification_queue_updated.sql",
             "notifications/sql/functions/notification_queue_deleted.sql",

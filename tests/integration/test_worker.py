@@ -635,7 +635,9 @@ def test_a_busy_worker_checks_the_statistics_every_second_and_reclaims_at_its_he
     for now in (1000.0, 1000.0 + STATISTICS_CHECK_S / 2, 1000.0 + STATISTICS_CHECK_S * 1.5):
         worker._maintain(now)
     assert calls == ["heartbeat started", "reclaim", "statistics", "statistics"]
-    worker._maintain(1061.0)  # the last interval's receipts sweep, left over (one job a turn)
+    # The first interval's history partitions and receipts sweep, left over (one job a turn).
+    worker._maintain(1061.0)
+    worker._maintain(1061.0)
     worker._maintain(1061.0)
     assert calls[4:] == ["statistics", "reclaim"]
 
@@ -657,16 +659,17 @@ def test_the_upkeep_runs_one_job_a_turn():
     worker.expiry.run_once = lambda: calls.append("expiry") and 0
     worker.digests.run_once = lambda: calls.append("digests") and 0
     worker.receipt_upkeep.run_once = lambda: calls.append("receipts") and (0, 0)
+    worker.history.run_once = lambda: calls.append("history") and []
     worker.statistics.run_once = lambda **_: []
 
     turns = []
-    for now in (1000.0, 1000.1, 1000.2, 1000.3, 1000.4):
+    for now in (1000.0, 1000.1, 1000.2, 1000.3, 1000.4, 1000.5):
         before = len(calls)
         worker._maintain(now)
         turns.append(calls[before:])
-    assert turns == [["reclaim"], ["expiry"], ["digests"], ["receipts"], []]
+    assert turns == [["reclaim"], ["expiry"], ["digests"], ["history"], ["receipts"], []]
     worker._maintain(1061.0)
-    assert calls[4:] == ["reclaim"]
+    assert calls[5:] == ["reclaim"]
 
 
 def test_a_burst_of_rows_gets_the_hot_tables_analyzed_at_the_next_check(queue_without_autovacuum):

@@ -68,13 +68,18 @@ def pages_visited(tables: tuple[str, ...]) -> int:
 
 def pages_visited_by_relation() -> dict[str, int]:
     """`pages_visited` for every table and index of the service's schema, by name: what a
-    statement read anywhere, its triggers' reads included."""
+    statement read anywhere, its triggers' reads included. A partition's pages count under
+    its partitioned table's name, and its indexes' under the partitioned index's."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT c.relname, pg_stat_get_xact_blocks_fetched(c.oid)
-              FROM pg_class c
+            SELECT coalesce(parent.relname, c.relname),
+                   sum(pg_stat_get_xact_blocks_fetched(c.oid))::bigint
+              FROM pg_class AS c
+              LEFT JOIN pg_inherits AS h ON h.inhrelid = c.oid
+              LEFT JOIN pg_class AS parent ON parent.oid = h.inhparent
              WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'i')
+             GROUP BY 1
             """
         )
         return dict(cursor.fetchall())
@@ -114,3 +119,17 @@ def history_read_whole(plan: str) -> list[str]:
             [sorted(scanned)],
         )
         return [name for (name,) in cursor.fetchall()]
+
+
+# Pages a statement on the record planned for a call reads of each partition's indexes (their
+# first pages), beyond the one partition a row lives in: 33-36 measured, one week's partition
+# and a default one empty (docs/decisions/0021-weekly-history-partitions.md).
+PLANNING_PAGES_PER_PARTITION = 40
+
+
+def planning_pages_of_partitions(table: str = "notification") -> int:
+    """What planning reads of `table`'s partitions but one (PLANNING_PAGES_PER_PARTITION each)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_partition_tree(%s::regclass) WHERE isleaf", [table])
+        (partitions,) = cursor.fetchone()
+    return PLANNING_PAGES_PER_PARTITION * max(partitions - 1, 0)

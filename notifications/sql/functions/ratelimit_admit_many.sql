@@ -60,10 +60,12 @@ BEGIN
 
     RETURN QUERY
     WITH claimed AS (
-        SELECT c.id, c.claim_token, c.critical, c.key, c.address_key,
-               row_number() OVER (PARTITION BY c.key ORDER BY c.id) AS nth
-        FROM unnest(p_notifications, p_claims, p_criticals, keys, address_keys)
-             AS c(id, claim_token, critical, key, address_key)
+        -- In the claim's order (the clients' turns, then each client's priority and due
+        -- time): a key's slots and an address's ceiling go to the rows claimed first.
+        SELECT c.id, c.claim_token, c.critical, c.key, c.address_key, c.n,
+               row_number() OVER (PARTITION BY c.key ORDER BY c.n) AS nth
+        FROM unnest(p_notifications, p_claims, p_criticals, keys, address_keys) WITH ORDINALITY
+             AS c(id, claim_token, critical, key, address_key, n)
     ), limited AS (
         -- The rows before this one of its key were admitted unless its window was already
         -- full before them (then it is full for this one too), or the ceiling refused them
@@ -71,7 +73,7 @@ BEGIN
         -- in_window + (nth - 1) deliveries. One probe of ratelimit_key_at per row, never the
         -- whole window table, and no join between the claim's rows (with hash joins off, a
         -- join of the rows to their keys' counts compared every row with every key).
-        SELECT cl.id, cl.claim_token, cl.critical, cl.key, cl.address_key,
+        SELECT cl.id, cl.claim_token, cl.critical, cl.key, cl.address_key, cl.n,
                cl.critical OR w.in_window + cl.nth - 1 < p_limit AS within_limit
         FROM claimed AS cl
         CROSS JOIN LATERAL (
@@ -92,7 +94,7 @@ BEGIN
                AND (li.critical OR li.address_key IS NULL
                     OR a.in_window
                        + coalesce(sum(li.within_limit::integer) OVER (
-                             PARTITION BY li.address_key ORDER BY li.id
+                             PARTITION BY li.address_key ORDER BY li.n
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
                        < p_ceiling) AS admitted
         FROM limited AS li
