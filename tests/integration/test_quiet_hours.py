@@ -19,7 +19,7 @@ from preferences.models import UserPreferences
 from tests.support.clock import DbClock
 from tests.support.delivery_helpers import step_until_idle, worker_build
 from tests.support.factories import ClientFactory
-from tests.support.reads import pages_visited_by_relation, planning_pages_of_partitions
+from tests.support.reads import pages_visited_by_relation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -304,8 +304,9 @@ def test_the_stage_and_the_re_time_read_only_the_users_rows_whatever_is_held_for
     # Deeper indexes cost a page or two a look-up; reading the 20,000 held rows would cost
     # thousands (their heap alone is over 600 pages).
     assert sum(busy.values()) <= 1.5 * sum(quiet.values()) + 20, sorted(grown.items())
-    # Planning the statements also reads the first pages of each partition's indexes.
-    assert sum(busy.values()) < 300 + planning_pages_of_partitions(), sorted(grown.items())
+    # Whatever planning reads of each partition's indexes, the held rows' heap (over 600
+    # pages) is never read.
+    assert busy["notification"] < 100, sorted(grown.items())
     print(
         f"hold and two changes: {sum(quiet.values())} pages, {sum(busy.values())} with 20,000 held"
     )
